@@ -1,0 +1,159 @@
+"""Verify kv_store from outside the service: a client on the controller talking to the container's address."""
+
+import os
+import time
+
+import pytest
+import redis
+import testinfra.utils.ansible_runner
+
+testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"]).get_hosts("all")
+
+FLAVORS = {
+    "redis": {"package": "redis-server", "service": "redis-server", "conf": "/etc/redis/redis.conf",
+              "acl": "/etc/redis/users.acl", "data": "/var/lib/redis"},
+    "valkey": {"package": "valkey-server", "service": "valkey-server", "conf": "/etc/valkey/valkey.conf",
+               "acl": "/etc/valkey/users.acl", "data": "/var/lib/valkey"},
+}
+
+
+@pytest.fixture(scope="module")
+def hostvars(host):
+    return host.ansible.get_variables()
+
+
+@pytest.fixture(scope="module")
+def flavor(hostvars):
+    return FLAVORS[hostvars["kv_store_expected_flavor"]]
+
+
+@pytest.fixture(scope="module")
+def address(host):
+    facts = host.ansible("setup", "gather_subset=network", check=False)["ansible_facts"]
+    return facts["ansible_default_ipv4"]["address"]
+
+
+def client(address, hostvars, who=None, **kw):
+    creds = {}
+    if who == "lmcache":
+        creds = {"username": hostvars.get("kv_store_lmcache_user", "lmcache"),
+                 "password": hostvars["kv_store_lmcache_password"]}
+    elif who == "admin":
+        creds = {"username": hostvars.get("kv_store_admin_user", "kvtier-admin"),
+                 "password": hostvars["kv_store_admin_password"]}
+    return redis.Redis(host=address, port=6379, socket_timeout=10, **creds, **kw)
+
+
+def test_expected_server_is_installed_and_running(host, hostvars, flavor, address):
+    assert host.package(flavor["package"]).is_installed
+    assert host.service(flavor["service"]).is_running
+    assert host.service(flavor["service"]).is_enabled
+    info = client(address, hostvars, "admin").info("server")
+    assert ("valkey_version" in info) == (hostvars["kv_store_expected_flavor"] == "valkey")
+
+
+def test_unauthenticated_clients_are_refused(hostvars, address):
+    anonymous = client(address, hostvars)
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        anonymous.set("kvtier:test:anonymous", "x")
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        anonymous.get("kvtier:test:anonymous")
+
+
+def test_default_user_is_disabled(hostvars, address):
+    # Even the right password does not open the built-in user.
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        client(address, hostvars, username="default", password=hostvars["kv_store_admin_password"]).ping()
+
+
+def test_wrong_password_is_refused(hostvars, address):
+    with pytest.raises(redis.exceptions.AuthenticationError):
+        client(address, hostvars, username="lmcache", password="not-the-password-000").ping()
+
+
+def test_lmcache_user_can_store_and_load(hostvars, address):
+    lmcache = client(address, hostvars, "lmcache")
+    payload = os.urandom(256 * 1024)
+    assert lmcache.set("kvtier:test:chunk", payload)
+    assert lmcache.exists("kvtier:test:chunk") == 1
+    assert lmcache.get("kvtier:test:chunk") == payload
+    assert lmcache.delete("kvtier:test:chunk") == 1
+
+
+def test_lmcache_user_has_least_privilege(hostvars, address):
+    lmcache = client(address, hostvars, "lmcache")
+    for command in (("FLUSHALL",), ("CONFIG", "GET", "maxmemory"), ("KEYS", "*"), ("ACL", "LIST")):
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            lmcache.execute_command(*command)
+
+
+def test_cache_settings_are_in_force(hostvars, address):
+    config = client(address, hostvars, "admin").config_get("*")
+    assert config["save"] == ""
+    assert config["appendonly"] == "no"
+    assert config["maxmemory-policy"] == "allkeys-lru"
+    assert config["protected-mode"] == "yes"
+    assert int(config["maxmemory"]) > 0
+
+
+def test_filling_past_maxmemory_evicts_instead_of_failing(hostvars, address):
+    admin = client(address, hostvars, "admin")
+    lmcache = client(address, hostvars, "lmcache")
+    maxmemory = int(admin.config_get("maxmemory")["maxmemory"])
+    evicted_before = int(lmcache.info("stats")["evicted_keys"])
+    value = os.urandom(64 * 1024)
+    keys = 3 * maxmemory // len(value)
+    pipe = lmcache.pipeline(transaction=False)
+    for i in range(keys):
+        pipe.set(f"kvtier:test:fill:{i}", value)
+        if i % 64 == 63:
+            assert all(pipe.execute()), "a SET failed instead of evicting"
+    assert all(pipe.execute())
+    stats = lmcache.info("stats")
+    memory = lmcache.info("memory")
+    assert int(stats["evicted_keys"]) > evicted_before
+    assert int(memory["used_memory"]) <= maxmemory * 1.1
+    # The most recent keys survive (LRU), the oldest are gone.
+    assert lmcache.exists(f"kvtier:test:fill:{keys - 1}") == 1
+    assert lmcache.exists("kvtier:test:fill:0") == 0
+
+
+def test_nothing_survives_a_restart(host, hostvars, flavor, address):
+    lmcache = client(address, hostvars, "lmcache")
+    lmcache.set("kvtier:test:persist", "still here?")
+    host.run_expect([0], f"systemctl restart {flavor['service']}")
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            assert client(address, hostvars, "lmcache").get("kvtier:test:persist") is None
+            break
+        except redis.exceptions.ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    leftovers = host.run(f"ls -A {flavor['data']}").stdout.split()
+    assert not [f for f in leftovers if f.startswith(("dump", "appendonly"))], leftovers
+
+
+def test_listens_only_on_configured_addresses(host, address):
+    out = host.check_output("ss -ltnH 'sport = :6379'")
+    local = {line.split()[3].rsplit(":", 1)[0].strip("[]") for line in out.splitlines()}
+    assert local <= {"127.0.0.1", "::1", address}, local
+    assert {"127.0.0.1", address} <= local
+
+
+def test_secrets_are_not_on_disk_in_clear(host, hostvars, flavor):
+    acl = host.file(flavor["acl"])
+    assert acl.mode == 0o600
+    for secret in (hostvars["kv_store_lmcache_password"], hostvars["kv_store_admin_password"]):
+        assert secret not in acl.content_string
+        assert secret not in host.file(flavor["conf"]).content_string
+    assert "user default off" in acl.content_string
+    assert not host.file(flavor["conf"]).mode & 0o004  # not world-readable
+
+
+def test_kernel_settings_are_persisted(host):
+    sysctl = host.file("/etc/sysctl.d/60-kvtier-kv-store.conf").content_string
+    assert "vm.overcommit_memory=1" in sysctl.replace(" ", "")
+    assert "net.core.somaxconn=4096" in sysctl.replace(" ", "")
+    assert host.service("kvtier-thp-never.service").is_enabled
