@@ -14,6 +14,7 @@ apt_packages=(
   qemu-system-x86 qemu-utils                      # VM test hosts (storage node)
   openssh-client                                  # Ansible transport to VMs
   python3-venv
+  redis-server                                    # unit tests start their own instance on a free port
 )
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
@@ -27,6 +28,10 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  # The tests run their own redis-server; the packaged system instance is not wanted on a test host.
+  if [[ " ${missing[*]} " == *" redis-server "* ]] && command -v systemctl >/dev/null; then
+    systemctl disable --now redis-server.service >/dev/null 2>&1 || true
+  fi
 fi
 
 # podman on this kind of host: crun rejects the hybrid cgroup layout and the default ulimits cannot be set

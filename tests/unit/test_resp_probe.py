@@ -1,0 +1,108 @@
+"""The stdlib RESP client: encoding, reply parsing, INFO parsing, against a real server when one is at hand."""
+
+import shutil
+import socket
+import subprocess
+import time
+
+import pytest
+
+from kvtier.probes import resp
+
+
+def test_encode_command_uses_bulk_strings():
+    assert resp.encode_command("SET", "k", b"\x00v", 5) == b"*4\r\n$3\r\nSET\r\n$1\r\nk\r\n$2\r\n\x00v\r\n$1\r\n5\r\n"
+
+
+@pytest.mark.parametrize(
+    "wire, value",
+    [
+        (b"+OK\r\n", "OK"),
+        (b":42\r\n", 42),
+        (b"$5\r\nhello\r\n", b"hello"),
+        (b"$-1\r\n", None),
+        (b"*2\r\n$3\r\nfoo\r\n:1\r\n", [b"foo", 1]),
+        (b"$4\r\na\r\nb\r\n", b"a\r\nb"),  # binary-safe: CRLF inside a bulk string
+    ],
+)
+def test_parse_reply(wire, value):
+    assert resp.parse_reply(wire) == value
+
+
+def test_error_reply_raises_with_server_text():
+    with pytest.raises(resp.RespError, match="^NOAUTH Authentication required"):
+        resp.parse_reply(b"-NOAUTH Authentication required.\r\n")
+
+
+def test_garbage_is_a_protocol_error():
+    with pytest.raises(resp.RespProtocolError):
+        resp.parse_reply(b"?what\r\n")
+
+
+def test_reader_reassembles_fragmented_replies():
+    pieces = [b"*2\r\n$3\r", b"\nfo", b"o\r\n:", b"7\r\n"]
+    reader = resp._Reader(lambda _n: pieces.pop(0))
+    assert reader.reply() == [b"foo", 7]
+
+
+def test_closed_connection_is_reported():
+    reader = resp._Reader(lambda _n: b"")
+    with pytest.raises(ConnectionError):
+        reader.reply()
+
+
+INFO_VALKEY = """# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.1\r\n\r\n# Memory\r\nused_memory:1024\r\nmaxmemory_policy:allkeys-lru\r\n"""
+INFO_REDIS = "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n"
+
+
+def test_parse_info_and_identity():
+    info = resp.parse_info(INFO_VALKEY)
+    assert info["used_memory"] == "1024"
+    assert resp.server_identity(info) == ("valkey", "8.1.1")
+    assert resp.server_identity(resp.parse_info(INFO_REDIS)) == ("redis", "7.0.15")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def redis_server(tmp_path_factory):
+    """A real redis-server on loopback with an ACL user, when the binary is installed (it is in CI)."""
+    binary = shutil.which("redis-server") or shutil.which("valkey-server")
+    if not binary:
+        pytest.fail("no redis-server or valkey-server binary: run scripts/bootstrap.sh, which installs it")
+    port = _free_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(workdir), "--user", "default", "off",
+         "--user", "probe", "on", ">probe-password-1234567", "~*", "+@all"],
+        stdout=subprocess.DEVNULL,
+    )
+    for _ in range(100):
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    yield port
+    proc.terminate()
+    proc.wait(10)
+
+
+def test_client_against_real_server(redis_server):
+    with resp.RespClient("127.0.0.1", redis_server) as client:
+        with pytest.raises(resp.RespError, match="NOAUTH"):
+            client.call("PING")
+        with pytest.raises(resp.RespError, match="WRONGPASS"):
+            client.auth("probe", "wrong")
+        client.auth("probe", "probe-password-1234567")
+        assert client.call("PING") == "PONG"
+        big = bytes(range(256)) * 1024
+        assert client.call("SET", "k", big) == "OK"
+        assert client.call("GET", "k") == big
+        assert client.config_get("save") == {"save": ""}
+        assert "redis_version" in client.info("server")
