@@ -19,6 +19,12 @@ def _cmd_images_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_lab(args: argparse.Namespace) -> int:
+    from kvtier.lab import lab  # imports ansible-runner; keep `kvtier images` light
+
+    return {"up": lab.up, "down": lab.down, "status": lab.status}[args.action]()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="kvtier", description=__doc__)
     parser.add_argument("--version", action="version", version=f"kvtier {__version__}")
@@ -30,6 +36,13 @@ def build_parser() -> argparse.ArgumentParser:
     img_build.add_argument("names", nargs="*", help=f"images to build (default: all of {', '.join(sorted(images.RECIPES))})")
     img_build.add_argument("--force", action="store_true", help="rebuild even if the recipe is unchanged")
     img_build.set_defaults(func=_cmd_images_build)
+
+    lab_parser = sub.add_parser("lab", help="the whole cluster on this machine (podman + QEMU)")
+    lab_sub = lab_parser.add_subparsers(dest="lab_command", required=True)
+    for name, text in (("up", "build the lab, provision it with playbooks/site.yml, show the tiers working"),
+                       ("down", "remove everything the lab created"),
+                       ("status", "list the lab's hosts")):
+        lab_sub.add_parser(name, help=text).set_defaults(func=_cmd_lab, action=name)
     return parser
 
 

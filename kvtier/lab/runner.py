@@ -1,0 +1,59 @@
+"""Run a playbook through ansible-runner and print one readable line per task result."""
+
+from __future__ import annotations
+
+import pathlib
+import time
+
+import ansible_runner
+
+_STATUS = {
+    "runner_on_ok": "ok",
+    "runner_on_failed": "FAILED",
+    "runner_on_unreachable": "UNREACHABLE",
+    "runner_on_skipped": None,  # skipped tasks are noise in a progress view
+}
+
+
+class _Progress:
+    def __init__(self, out):
+        self.out = out
+        self.changed = 0
+        self.failures: list[str] = []
+
+    def __call__(self, event: dict) -> bool:
+        kind = event.get("event")
+        data = event.get("event_data", {})
+        if kind == "playbook_on_play_start":
+            self.out(f"\n  play: {data.get('play', '')}")
+        status = _STATUS.get(kind)
+        if status:
+            result = data.get("res", {})
+            if status == "ok" and result.get("changed"):
+                status = "changed"
+                self.changed += 1
+            if status in ("FAILED", "UNREACHABLE") and data.get("ignore_errors"):
+                status = "failed (ignored)"
+            self.out(f"    {status:<9} {data.get('host', ''):<18} {data.get('task', '')}")
+            if status in ("FAILED", "UNREACHABLE"):
+                msg = result.get("msg") or result.get("stderr") or ""
+                self.failures.append(f"{data.get('host')}: {data.get('task')}: {msg}")
+                self.out(f"              {msg}")
+        return True
+
+
+def run_playbook(repo: pathlib.Path, playbook: str, inventory: pathlib.Path, *, out=print, extravars=None):
+    """Run repo/playbooks/<playbook>; return (ok, changed task count, seconds, failure messages)."""
+    progress = _Progress(out)
+    started = time.monotonic()
+    result = ansible_runner.run(
+        private_data_dir=str(repo / ".cache" / "runner"),
+        project_dir=str(repo),
+        playbook=str(repo / "playbooks" / playbook),
+        inventory=str(inventory),
+        extravars=extravars or {},
+        envvars={"ANSIBLE_CONFIG": str(repo / "ansible.cfg")},
+        event_handler=progress,
+        quiet=True,
+    )
+    return result.rc == 0, progress.changed, time.monotonic() - started, progress.failures
