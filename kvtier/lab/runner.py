@@ -46,8 +46,10 @@ def run_playbook(repo: pathlib.Path, playbook: str, inventory: pathlib.Path, *, 
     """Run repo/playbooks/<playbook>; return (ok, changed task count, seconds, failure messages)."""
     progress = _Progress(out)
     started = time.monotonic()
+    private = repo / ".cache" / "runner"
+    private.mkdir(parents=True, exist_ok=True)
     result = ansible_runner.run(
-        private_data_dir=str(repo / ".cache" / "runner"),
+        private_data_dir=str(private),
         project_dir=str(repo),
         playbook=str(repo / "playbooks" / playbook),
         inventory=str(inventory),
