@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from kvtier import __version__, images
+from kvtier.vm import cli as vm_cli
 
 
 def _cmd_images_build(args: argparse.Namespace) -> int:
@@ -36,6 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     img_build.add_argument("names", nargs="*", help=f"images to build (default: all of {', '.join(sorted(images.RECIPES))})")
     img_build.add_argument("--force", action="store_true", help="rebuild even if the recipe is unchanged")
     img_build.set_defaults(func=_cmd_images_build)
+
+    vm_cli.register(sub)
 
     lab_parser = sub.add_parser("lab", help="the whole cluster on this machine (podman + QEMU)")
     lab_sub = lab_parser.add_subparsers(dest="lab_command", required=True)
