@@ -49,8 +49,9 @@ def _up(args) -> int:
 def _down(args) -> int:
     vms = host.VM.all() if args.all else [host.VM(n) for n in args.names]
     for vm in vms:
-        vm.destroy()
-        print(f"{vm.name}: destroyed", file=sys.stderr)
+        found = os.path.isdir(vm.dir)
+        vm.destroy()  # idempotent, so that molecule destroy can always run
+        print(f"{vm.name}: {'destroyed' if found else 'not found'}", file=sys.stderr)
     return 0
 
 
@@ -85,13 +86,25 @@ def _unplug(args) -> int:
     return 0
 
 
+def _guard(func):
+    # VM errors are the user's to fix (name taken, image missing, no SSH): a message, not a traceback.
+    def run(args) -> int:
+        try:
+            return func(args)
+        except host.VMError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 1
+
+    return run
+
+
 def register(subparsers) -> None:
     vm = subparsers.add_parser("vm", help="QEMU/TCG test VMs with emulated NVMe drives")
     sub = vm.add_subparsers(dest="vm_command", required=True)
 
     p = sub.add_parser("build", help="build the VM image unless the cached one matches the recipe (needs root)")
     p.add_argument("--force", action="store_true", help="rebuild even if the recipe is unchanged")
-    p.set_defaults(func=_build)
+    p.set_defaults(func=_guard(_build))
 
     p = sub.add_parser("up", help="create and boot a VM; prints its molecule instance config as JSON")
     p.add_argument("name")
@@ -110,34 +123,30 @@ def register(subparsers) -> None:
     p.add_argument("--no-wait", action="store_true", help="return once QEMU runs, without waiting for SSH")
     p.add_argument("--timeout", type=float, default=600, help="seconds to wait for SSH")
     p.add_argument("--keep-on-failure", action="store_true", help="keep a VM that did not come up, to debug it")
-    p.set_defaults(func=_up)
+    p.set_defaults(func=_guard(_up))
 
     p = sub.add_parser("down", help="stop VMs and delete their files")
     p.add_argument("names", nargs="*")
     p.add_argument("--all", action="store_true")
-    p.set_defaults(func=_down)
+    p.set_defaults(func=_guard(_down))
 
     p = sub.add_parser("ls", help="list VMs")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_ls)
+    p.set_defaults(func=_guard(_ls))
 
     p = sub.add_parser("ssh", help="log in to a VM as root, or run a command there")
     p.add_argument("name")
     p.add_argument("command", nargs=argparse.REMAINDER)
-    p.set_defaults(func=_ssh)
+    p.set_defaults(func=_guard(_ssh))
 
     p = sub.add_parser("unplug", help="hot-unplug one NVMe drive by serial (simulates a dead drive)")
     p.add_argument("name")
     p.add_argument("serial")
-    p.set_defaults(func=_unplug)
+    p.set_defaults(func=_guard(_unplug))
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="kvtier")
     register(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(argv)
-    try:
-        return args.func(args)
-    except host.VMError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 1
+    return args.func(args)

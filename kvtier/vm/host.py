@@ -124,7 +124,7 @@ class VM:
                 if fh.read().rsplit(b")", 1)[1].split()[0] == b"Z":
                     return False
             with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                return self.dir.encode() in fh.read()
+                return (self.dir + "/").encode() in fh.read()
         except (FileNotFoundError, IndexError):
             return False
 
@@ -148,6 +148,7 @@ class VM:
             raise VMError(f"no VM image at {img.dir}: run `kvtier vm build` first")
         if self.exists:
             raise VMError(f"VM {self.name} already exists in {self.dir}: `kvtier vm down {self.name}` first")
+        shutil.rmtree(self.dir, ignore_errors=True)  # left over from a create that died before saving state
         if len(set(serials)) != len(serials):
             raise VMError(f"NVMe serials must be distinct: {serials}")
         os.makedirs(self.dir)
@@ -278,13 +279,15 @@ class VM:
         if self.running():
             try:
                 self.monitor("quit", timeout=timeout)
-            except OSError:
+            except (OSError, VMError):
                 pass
             deadline = time.monotonic() + timeout
             while self.running() and time.monotonic() < deadline:
                 time.sleep(0.05)
             if self.running():
                 os.kill(pid, signal.SIGKILL)
+                while self.running():
+                    time.sleep(0.05)
         if self._proc is not None:
             self._proc.wait()
         elif pid:
