@@ -6,15 +6,17 @@ VENV ?= $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-# Container scenarios run in this order; VM scenarios (QEMU) are listed separately.
-MOLECULE_SCENARIOS ?= kv_store_redis kv_store_valkey kv_store_invalid
+# Container scenarios (podman) first, then VM scenarios (QEMU/TCG, slower).
+CONTAINER_SCENARIOS ?= kv_store_redis kv_store_valkey kv_store_invalid
+VM_SCENARIOS ?= nvme_raid nvme_raid_safety
+MOLECULE_SCENARIOS ?= $(CONTAINER_SCENARIOS) $(VM_SCENARIOS)
 
 .PHONY: all bootstrap lab test lint unit molecule clean help
 
 help:
 	@echo "make lab   - provision the local lab with playbooks/site.yml and show the tiers working"
 	@echo "make test  - everything CI runs: lint, unit tests, molecule scenarios"
-	@echo "make lint | unit | molecule SCENARIO=name  - narrower targets"
+	@echo "make lint | unit | molecule SCENARIO=name | molecule MOLECULE_SCENARIOS='a b'  - narrower targets"
 
 bootstrap:
 	./scripts/bootstrap.sh
