@@ -27,6 +27,7 @@ IMAGE_SIZE = "3G"
 # What the storage-node tests need inside the guest; see notes/qemu-testbed.md for why each is there.
 PACKAGES = (
     "linux-image-amd64", "initramfs-tools", "systemd-sysv", "udev", "dbus", "openssh-server", "python3",
+    "python3-apt",  # Ansible's apt module needs it in check mode (it cannot install it then)
     "mdadm", "xfsprogs", "nvme-cli", "nfs-kernel-server", "nfs-common", "rdma-core", "ibverbs-utils",
     "rdmacm-utils", "perftest", "iproute2", "iputils-ping", "procps", "kmod", "fio", "less", "pciutils",
     "util-linux",
@@ -152,6 +153,7 @@ def _build_into(out: str) -> None:
     try:
         subprocess.run(
             ["mmdebstrap", "--quiet", "--mode=root", "--variant=minbase", "--include=" + ",".join(PACKAGES),
+             "--skip=cleanup/apt/lists",  # keep package lists, as a real host has them (check mode needs them)
              "--customize-hook=" + hook, SUITE, rootfs, MIRROR],
             check=True,
         )  # fmt: skip
