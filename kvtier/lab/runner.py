@@ -35,6 +35,11 @@ class _Progress:
             if status in ("FAILED", "UNREACHABLE") and data.get("ignore_errors"):
                 status = "failed (ignored)"
             self.out(f"    {status:<9} {data.get('host', ''):<18} {data.get('task', '')}")
+            # Playbooks end with "Report ..." tasks whose messages are the point of the run: show them.
+            if status == "ok" and data.get("task", "").startswith("Report") and result.get("msg"):
+                lines = result["msg"] if isinstance(result["msg"], list) else [result["msg"]]
+                for line in lines:
+                    self.out(f"              {line}")
             if status in ("FAILED", "UNREACHABLE"):
                 msg = result.get("msg") or result.get("stderr") or ""
                 self.failures.append(f"{data.get('host')}: {data.get('task')}: {msg}")
