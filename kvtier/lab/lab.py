@@ -68,7 +68,7 @@ def start_storage_vm(out=print) -> host.VM:
     if vm.exists:
         vm.destroy()  # a VM whose QEMU died: start over, the lab holds nothing worth keeping
     img = image.build(log=lambda m: out("  " + m))
-    vm.create(STORAGE_SERIALS, img=img, hostname=STORAGE)
+    vm.create(STORAGE_SERIALS, img=img, hostname=STORAGE, smp=1)  # one vCPU: robust under TCG on a busy host
     seconds = vm.wait_ssh(600)
     out(f"  {STORAGE}: booted in {seconds:.0f} s, 8 NVMe drives {STORAGE_SERIALS[0]}..{STORAGE_SERIALS[-1]}, "
         f"ssh 127.0.0.1:{vm.ssh_port}")
