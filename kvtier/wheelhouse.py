@@ -7,6 +7,8 @@ serving packages once, with its own pip configuration, and writes:
 - ``DIR/wheels/``: one wheel per locked package (sdists are built into wheels here, so nodes never
   compile);
 - ``DIR/lock.txt``: ``name==version`` for every package of the closure, minus the excluded ones;
+- ``DIR/wheels.tar``: the same wheels, lock and manifest as one uncompressed archive (wheels are already
+  compressed), so a role ships one file instead of ~170 (per-file transfers dominate over SSH or podman);
 - ``DIR/wheelhouse.json``: the recipe, its hash, the interpreter and platform it was built for, sha256 and
   size of each wheel, total size and build time.
 
@@ -29,6 +31,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 
@@ -39,6 +42,7 @@ EXCLUDE = ("torchvision", "torchaudio", "torchcodec", "triton", "cupy-*", "cuda-
 FORMAT = 1
 MANIFEST = "wheelhouse.json"
 LOCK = "lock.txt"
+ARCHIVE = "wheels.tar"
 
 
 class WheelhouseError(RuntimeError):
@@ -141,7 +145,24 @@ def is_current(directory: str, rec: dict) -> bool:
         path = os.path.join(wheels, name)
         if not os.path.isfile(path) or os.path.getsize(path) != info.get("bytes"):
             return False
-    return True
+    archive = manifest.get("archive", {})
+    path = os.path.join(directory, ARCHIVE)
+    return os.path.isfile(path) and os.path.getsize(path) == archive.get("bytes")
+
+
+def write_archive(directory: str) -> dict:
+    """DIR/wheels.tar holding wheels/ and lock.txt (written atomically); returns its size."""
+    tmp = os.path.join(directory, ARCHIVE + ".tmp")
+    with tarfile.open(tmp, "w", format=tarfile.PAX_FORMAT) as tar:
+        for name in [LOCK] + [f"wheels/{f}" for f in sorted(os.listdir(os.path.join(directory, "wheels")))]:
+            info = tar.gettarinfo(os.path.join(directory, name), arcname=name)
+            info.uid = info.gid = 0
+            info.uname = info.gname = "root"
+            info.mtime = 0
+            with open(os.path.join(directory, name), "rb") as fh:
+                tar.addfile(info, fh)
+    os.replace(tmp, os.path.join(directory, ARCHIVE))
+    return {"name": ARCHIVE, "bytes": os.path.getsize(os.path.join(directory, ARCHIVE))}
 
 
 def _run(cmd: list, what: str) -> str:
@@ -189,9 +210,10 @@ def build(directory: str, packages=DEFAULT_PACKAGES, exclude=EXCLUDE, python: st
               for f in files}
     with open(os.path.join(directory, LOCK), "w", encoding="utf-8") as fh:
         fh.write(lock_text(locked))
+    archive = write_archive(directory)
     manifest = {"recipe": rec, "recipe_hash": recipe_hash(rec), "lock": [f"{n}=={v}" for n, v in locked],
                 "excluded": [f"{n}=={v}" for n, v in dropped], "wheels": wheels,
-                "bytes": sum(w["bytes"] for w in wheels.values()),
+                "bytes": sum(w["bytes"] for w in wheels.values()), "archive": archive,
                 "build_seconds": round(time.monotonic() - started, 1)}
     with open(os.path.join(directory, MANIFEST), "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=2, sort_keys=True)

@@ -1,6 +1,7 @@
 """kvtier.wheelhouse: lock from pip's report, exclusions, cache key, completeness."""
 
 import json
+import tarfile
 
 import pytest
 
@@ -61,9 +62,15 @@ def test_is_current_needs_matching_hash_and_every_wheel(tmp_path):
     rec = wh.recipe(tgt={"python": "cp311", "machine": "x86_64"})
     (tmp_path / "wheels").mkdir()
     (tmp_path / "wheels" / "a-1-py3-none-any.whl").write_bytes(b"abc")
-    manifest = {"recipe_hash": wh.recipe_hash(rec), "wheels": {"a-1-py3-none-any.whl": {"bytes": 3}}}
+    (tmp_path / wh.LOCK).write_text("a==1\n")
+    archive = wh.write_archive(str(tmp_path))
+    manifest = {"recipe_hash": wh.recipe_hash(rec), "wheels": {"a-1-py3-none-any.whl": {"bytes": 3}},
+                "archive": archive}
     (tmp_path / wh.MANIFEST).write_text(json.dumps(manifest))
     assert wh.is_current(str(tmp_path), rec)
+    with tarfile.open(tmp_path / wh.ARCHIVE) as tar:
+        assert tar.getnames() == ["lock.txt", "wheels/a-1-py3-none-any.whl"]
+        assert {m.mtime for m in tar.getmembers()} == {0}
     assert not wh.is_current(str(tmp_path), wh.recipe(tgt={"python": "cp312", "machine": "x86_64"}))
     (tmp_path / "wheels" / "a-1-py3-none-any.whl").write_bytes(b"abcd")
     assert not wh.is_current(str(tmp_path), rec)

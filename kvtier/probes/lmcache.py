@@ -1,0 +1,251 @@
+"""Probes for a Spark serving node: the LMCache MP server and vLLM (standard library only).
+
+Used by the `lmcache_health` module on the nodes (symlinked into module_utils as kvtier_lmcache) and by
+kvtier on the controller. It parses:
+
+- Prometheus text exposition (LMCache's ``/metrics`` on the prometheus port, vLLM's ``/metrics``);
+- LMCache's ``lmcache_mp_*`` counters (lmcache 0.5.6 serves them at ``/metrics`` on its HTTP API port;
+  nothing listened on ``--prometheus-port`` in our measurements) into a per-tier summary: L1 (server DRAM) lookup hits, L2 hits,
+  and load/store counts per L2 adapter (``l2_name`` label: ``resp``, ``valkey``, ``fs``, ``p2p``...);
+- LMCache's ``/status`` JSON (L1 object count and bytes, L2 adapter health);
+- vLLM's ``/v1/models`` (is the model served) and its external-prefix-cache counters.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import urllib.error
+import urllib.request
+
+_SAMPLE = re.compile(r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(\{(?P<labels>.*)\})?\s+(?P<value>\S+)(\s+\S+)?$")
+_LABEL = re.compile(r'\s*([A-Za-z_][A-Za-z0-9_]*)\s*=\s*"((?:[^"\\]|\\.)*)"\s*,?')
+
+
+class ProbeError(Exception):
+    """An endpoint did not answer as expected; the message names the URL and what came back."""
+
+
+def _unescape(value: str) -> str:
+    return value.replace("\\n", "\n").replace('\\"', '"').replace("\\\\", "\\")
+
+
+def parse_labels(text: str) -> dict:
+    labels, pos = {}, 0
+    text = text.strip()
+    while pos < len(text):
+        match = _LABEL.match(text, pos)
+        if not match:
+            raise ValueError(f"bad label set {{{text}}}")
+        labels[match.group(1)] = _unescape(match.group(2))
+        pos = match.end()
+    return labels
+
+
+def parse_prometheus(text: str) -> list:
+    """[(name, labels dict, float)] for every sample; comments and blank lines are skipped."""
+    samples = []
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _SAMPLE.match(line)
+        if not match:
+            raise ValueError(f"line {number} is not a Prometheus sample: {line[:120]!r}")
+        raw = match["value"]
+        value = {"+Inf": math.inf, "-Inf": -math.inf, "NaN": math.nan}.get(raw)
+        samples.append((match["name"], parse_labels(match["labels"] or ""), float(raw) if value is None else value))
+    return samples
+
+
+def metric_sum(samples, name: str, **labels) -> float:
+    """Sum of the samples named `name` whose labels include `labels` (0.0 when there are none)."""
+    return sum(v for n, lab, v in samples if n == name and all(lab.get(k) == w for k, w in labels.items()))
+
+
+def by_label(samples, name: str, label: str) -> dict:
+    """{label value: summed sample} for one metric."""
+    out: dict = {}
+    for n, lab, v in samples:
+        if n == name and label in lab:
+            out[lab[label]] = out.get(lab[label], 0.0) + v
+    return out
+
+
+def _counter(samples, base: str, **labels) -> float:
+    # prometheus_client exposes counters as <name>_total (and <name>_created); accept both spellings.
+    total = metric_sum(samples, base + "_total", **labels)
+    return total if total or not any(n == base for n, _, _ in samples) else metric_sum(samples, base, **labels)
+
+
+def _counter_by(samples, base: str, label: str) -> dict:
+    return by_label(samples, base + "_total", label) or by_label(samples, base, label)
+
+
+def _int(value: float) -> int:
+    return int(value) if value == value and abs(value) != math.inf else 0
+
+
+def lmcache_summary(samples) -> dict:
+    """Per-tier view of an LMCache MP server's counters (integers).
+
+    L1 is the server's DRAM; ``l2`` has one entry per L2 adapter (``l2_name``: resp, valkey, fs, p2p ...):
+    completed loads (hits served from that tier) and stores, and bytes held.
+    """
+    loads = _counter_by(samples, "lmcache_mp_l2_load_completed_requests", "l2_name")
+    stores = _counter_by(samples, "lmcache_mp_l2_store_completed_requests", "l2_name")
+    usage = by_label(samples, "lmcache_mp_l2_usage_bytes", "l2_name")
+    names = sorted(set(loads) | set(stores) | set(usage))
+    return {
+        "lookups": _int(_counter(samples, "lmcache_mp_lookups_requests")),
+        "requested_tokens": _int(_counter(samples, "lmcache_mp_lookup_requested_tokens")),
+        "hit_tokens": _int(_counter(samples, "lmcache_mp_lookup_hit_tokens")),
+        "l1_hit_tokens": _int(_counter(samples, "lmcache_mp_lookup_hit_l1_tokens")),
+        "l2_hit_tokens": _int(_counter(samples, "lmcache_mp_lookup_hit_l2_tokens")),
+        "l1_write_chunks": _int(_counter(samples, "lmcache_mp_l1_write_chunks")),
+        "l1_read_chunks": _int(_counter(samples, "lmcache_mp_l1_read_chunks")),
+        "l1_memory_usage_bytes": _int(metric_sum(samples, "lmcache_mp_l1_memory_usage_bytes")),
+        "l2_store_requests_completed": _int(sum(stores.values())),
+        "l2": {name: {"loads": _int(loads.get(name, 0.0)), "stores": _int(stores.get(name, 0.0)),
+                      "usage_bytes": _int(usage.get(name, 0.0))} for name in names},
+    }
+
+
+def vllm_summary(samples) -> dict:
+    """vLLM's counters that show KV transfer from LMCache (integers)."""
+    by_source = by_label(samples, "vllm:prompt_tokens_by_source_total", "source")
+    return {
+        "external_prefix_cache_hits": _int(metric_sum(samples, "vllm:external_prefix_cache_hits_total")),
+        "external_prefix_cache_queries": _int(metric_sum(samples, "vllm:external_prefix_cache_queries_total")),
+        "prompt_tokens": _int(metric_sum(samples, "vllm:prompt_tokens_total")),
+        "prompt_tokens_by_source": {k: _int(v) for k, v in sorted(by_source.items())},
+        "requests_running": _int(metric_sum(samples, "vllm:num_requests_running")),
+    }
+
+
+def _find(obj, key: str):
+    """First value stored under `key` anywhere in a JSON document (depth first)."""
+    if isinstance(obj, dict):
+        if key in obj:
+            return obj[key]
+        for value in obj.values():
+            found = _find(value, key)
+            if found is not None:
+                return found
+    elif isinstance(obj, list):
+        for value in obj:
+            found = _find(value, key)
+            if found is not None:
+                return found
+    return None
+
+
+def status_summary(status: dict) -> dict:
+    """The parts of LMCache's /status a check needs: L1 objects/bytes, P2P state, unhealthy parts."""
+    unhealthy = []
+
+    def walk(obj, path):
+        if isinstance(obj, dict):
+            for key, value in obj.items():
+                sub = f"{path}.{key}" if path else str(key)
+                if key in ("healthy", "is_healthy", "thread_alive", "event_loop_alive") and value is False:
+                    unhealthy.append((path or "server") + ("" if key in ("healthy", "is_healthy") else f" ({key})"))
+                walk(value, sub)
+        elif isinstance(obj, list):
+            for i, value in enumerate(obj):
+                walk(value, f"{path}[{i}]")
+
+    walk(status, "")
+    objects = _find(status, "total_object_count")
+    used = _find(status, "memory_used_bytes")
+    return {"l1_objects": objects if isinstance(objects, int) else None,
+            "l1_used_bytes": used if isinstance(used, int) else None,
+            "p2p_state": _find(status, "p2p_state"),
+            "unhealthy": unhealthy}
+
+
+def served_models(models: dict) -> list:
+    """Model ids listed by vLLM's /v1/models."""
+    return [m.get("id") for m in models.get("data", []) if isinstance(m, dict)]
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple:
+    """(status, body text) of a GET; connection problems raise ProbeError."""
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (fixed http URLs)
+            return resp.status, resp.read().decode("utf-8", "replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode("utf-8", "replace")
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise ProbeError(f"{url}: {reason}") from None
+
+
+def get_json(url: str, timeout: float = 5.0):
+    status, body = http_get(url, timeout)
+    if status != 200:
+        raise ProbeError(f"{url} answered HTTP {status}: {body[:200]}")
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise ProbeError(f"{url} did not return JSON: {body[:200]!r}") from None
+
+
+def get_metrics(url: str, timeout: float = 5.0) -> list:
+    status, body = http_get(url, timeout)
+    if status != 200:
+        raise ProbeError(f"{url} answered HTTP {status}: {body[:200]}")
+    try:
+        return parse_prometheus(body)
+    except ValueError as exc:
+        raise ProbeError(f"{url}: {exc}") from None
+
+
+def probe_node(endpoints: dict, model: str | None = None, timeout: float = 5.0) -> dict:
+    """Health of one serving node. `endpoints` as rendered by kvtier.cluster (vllm, lmcache_http,
+    lmcache_metrics); any of them may be absent. Returns a dict with ``problems`` (empty when healthy)."""
+    result: dict = {"problems": []}
+    problems = result["problems"]
+    if endpoints.get("lmcache_http"):
+        base = endpoints["lmcache_http"].rstrip("/")
+        try:
+            status, body = http_get(base + "/healthcheck", timeout)
+            result["lmcache_healthy"] = status == 200
+            if status != 200:
+                problems.append(f"LMCache {base}/healthcheck answered HTTP {status}: {body[:200]}")
+        except ProbeError as exc:
+            result["lmcache_healthy"] = False
+            problems.append(f"LMCache server not answering: {exc}")
+        if result["lmcache_healthy"]:
+            try:
+                result["lmcache_status"] = status_summary(get_json(base + "/status", timeout))
+                if result["lmcache_status"]["unhealthy"]:
+                    problems.append("LMCache /status reports unhealthy parts: "
+                                    + ", ".join(result["lmcache_status"]["unhealthy"]))
+            except ProbeError as exc:
+                problems.append(str(exc))
+    if endpoints.get("lmcache_metrics"):
+        try:
+            result["lmcache"] = lmcache_summary(get_metrics(endpoints["lmcache_metrics"], timeout))
+        except ProbeError as exc:
+            problems.append(f"LMCache metrics: {exc}")
+    if endpoints.get("vllm"):
+        base = endpoints["vllm"].rstrip("/")
+        try:
+            status, _ = http_get(base + "/health", timeout)
+            result["vllm_healthy"] = status == 200
+            if status != 200:
+                problems.append(f"vLLM {base}/health answered HTTP {status}")
+        except ProbeError as exc:
+            result["vllm_healthy"] = False
+            problems.append(f"vLLM not answering: {exc}")
+        if result["vllm_healthy"]:
+            try:
+                result["models"] = served_models(get_json(base + "/v1/models", timeout))
+                if model is not None and model not in result["models"]:
+                    problems.append(f"vLLM at {base} serves {result['models']}, not {model!r}")
+                result["vllm"] = vllm_summary(get_metrics(base + "/metrics", timeout))
+            except ProbeError as exc:
+                problems.append(str(exc))
+    return result

