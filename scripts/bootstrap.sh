@@ -64,5 +64,3 @@ fi
 
 say "base images"
 "$venv/bin/kvtier" images build
-say "storage VM image"
-"$venv/bin/kvtier" vm build >/dev/null
