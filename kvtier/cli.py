@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kvtier import __version__, images
+from kvtier import __version__, images, model, wheelhouse
 from kvtier.vm import cli as vm_cli
 
 
@@ -39,6 +39,8 @@ def build_parser() -> argparse.ArgumentParser:
     img_build.set_defaults(func=_cmd_images_build)
 
     vm_cli.register(sub)
+    model.register(sub)
+    wheelhouse.register(sub)
 
     lab_parser = sub.add_parser("lab", help="the whole cluster on this machine (podman + QEMU)")
     lab_sub = lab_parser.add_subparsers(dest="lab_command", required=True)
