@@ -35,8 +35,8 @@ def test_config_mismatch_says_what_and_where(redis_server):  # noqa: F811
     assert failures == [f"config maxmemory-policy is 'noeviction' on 127.0.0.1:{redis_server}, expected 'allkeys-lru'"]
 
 
-def test_open_server_fails_the_auth_required_check(redis_server):  # noqa: F811
-    # The fixture's server disables the default user, so it must pass; an open one must not.
+def test_protected_server_passes_the_auth_required_check(redis_server):  # noqa: F811
+    # The fixture's server disables the default user, so an unauthenticated PING is refused with NOAUTH.
     assert mod.check_auth_required(params(redis_server)) is None
 
 
