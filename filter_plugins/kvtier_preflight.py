@@ -1,0 +1,160 @@
+"""Jinja2 filters for the preflight role: gather inventory data, call kvtier.preflight, return problems.
+
+    "{{ ansible_version.full | kvtier_preflight_controller(settings) }}"          # [] when fine
+    "{{ hostvars | kvtier_preflight_inventory(groups, settings) }}"
+    "{{ hostvars | kvtier_preflight_credentials(groups, settings) }}"            # use with no_log
+    "{{ ansible_facts.kvtier_nvme.drives | kvtier_preflight_drives(inventory_hostname, count, pattern, serials) }}"
+    "{{ ansible_facts.memtotal_mb | kvtier_preflight_memory(hostvars, groups.spark, inventory_hostname) }}"
+    "{{ ansible_facts.interfaces | kvtier_preflight_nic(inventory_hostname, roce_interface) }}"
+
+The logic lives in kvtier.preflight and works on plain dicts; this file only reads Ansible's objects.
+Each filter returns a list of messages that name hosts and variables, never a secret's value.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import json
+import pathlib
+import sys
+
+try:
+    from kvtier import preflight as _preflight  # noqa: F401  (the package must import)
+except ImportError:  # running from a checkout without `pip install -e .`
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+from kvtier.cluster.inventory import plain
+from kvtier.preflight import controller, credentials, groups, hardware, network, tiers, varnames
+
+# Host variables the network and tier checks read (with the roles' defaults filled in).
+_NETWORK_VARS = ("kvtier_data_address", "roce_address", "roce_interface", "roce_mtu", "nfs_client_server",
+                 "nfs_client_mount_point", "kv_store_port", "kv_store_lmcache_user")
+
+
+def _raw(hostvars, host):
+    raw_get = getattr(hostvars, "raw_get", None)
+    return raw_get(host) if raw_get is not None else hostvars[host]
+
+
+def _value(hostvars, host, name, problems, secret=False):
+    """The host's templated variable, or None when unset; a templating error becomes a problem."""
+    if name not in _raw(hostvars, host):
+        return None
+    try:
+        return plain(hostvars[host][name])
+    except Exception as exc:  # any templating error: report it, keep checking the rest
+        detail = type(exc).__name__ if secret else str(exc).splitlines()[0]
+        problems.append(f"host {host}: {name} could not be evaluated ({detail}); is the vault password given?"
+                        if secret else f"host {host}: {name} could not be evaluated: {detail}")
+        return None
+
+
+def _view(hostvars, host, names, defaults, problems):
+    view = {name: defaults[name] for name in names if name in defaults}
+    for name in names:
+        value = _value(hostvars, host, name, problems)
+        if value is not None:
+            view[name] = value
+    return view
+
+
+def _hosts(groups_, settings):
+    storage = [str(h) for h in groups_.get(settings["storage_group"]) or []]
+    spark = [str(h) for h in groups_.get(settings["spark_group"]) or []]
+    return storage, spark
+
+
+def _cluster(hostvars, spark, problems):
+    """kvtier_cluster as the first Spark sees it (it is defined once for all hosts)."""
+    return _value(hostvars, spark[0], tiers.CLUSTER_VAR, problems) if spark else None
+
+
+def _collection_version(name):
+    """The installed version of a collection as Ansible's loader finds it; None if missing, "" if unknown."""
+    try:
+        package = importlib.import_module(f"ansible_collections.{name}")
+    except ImportError:
+        return None
+    for path in getattr(package, "__path__", []):
+        manifest = pathlib.Path(path) / "MANIFEST.json"
+        if manifest.is_file():
+            return json.loads(manifest.read_text())["collection_info"]["version"]
+    return ""
+
+
+def kvtier_preflight_controller(ansible_version, settings):
+    requirements = plain(settings["requirements"]) or []
+    installed = {str(r["name"]): _collection_version(str(r["name"])) for r in requirements}
+    importable = {str(name): importlib.util.find_spec(str(name)) is not None for name in settings["libraries"]}
+    return (controller.ansible_version(str(ansible_version), str(settings["ansible_min"]), str(settings["ansible_max"]))
+            + controller.collections(requirements, installed)
+            + controller.python_libraries(importable, sys.executable))
+
+
+def kvtier_preflight_inventory(hostvars, groups_, settings):
+    settings = plain(settings)
+    problems = groups.groups(plain(groups_), settings["storage_group"], settings["spark_group"],
+                             int(settings["min_spark"]))
+    storage, spark = _hosts(groups_, settings)
+    roles = varnames.read_roles(settings["roles_dir"])
+    views = {host: _view(hostvars, host, _NETWORK_VARS, roles.defaults, problems) for host in storage + spark}
+    storage_host = storage[0] if len(storage) == 1 else None
+    problems += network.addresses(views, storage_host, settings.get("data_cidr") or "")
+    problems += network.mtu(views)
+    spec_dict, spec_problems = tiers.spec_problems(_cluster(hostvars, spark, problems), hostvars, spark)
+    problems += spec_problems
+    if spec_dict is not None:
+        problems += tiers.storage_agreement(spec_dict, storage_host, views.get(storage_host, {}),
+                                            {h: views[h] for h in spark})
+    names = {str(host): list(_raw(hostvars, host)) for host in groups_.get("all", [])}
+    problems += varnames.unknown_variables(names, roles, settings.get("removed_variables") or {})
+    return problems
+
+
+def kvtier_preflight_credentials(hostvars, groups_, settings):
+    settings = plain(settings)
+    storage, spark = _hosts(groups_, settings)
+    problems, values = [], []
+    for host in storage:
+        for name in settings["credential_vars"]:
+            values.append((host, name, _value(hostvars, host, name, problems, secret=True)))
+    cluster = _cluster(hostvars, spark, []) if spark else None
+    password_var = ((cluster or {}).get("l2") or {}).get("password_var") if isinstance(cluster, dict) else None
+    uses_l2 = isinstance(cluster, dict) and "l2" in (cluster.get("tiers") or [])
+    clients = []
+    if uses_l2 and isinstance(password_var, str) and password_var:
+        clients = [(host, password_var, _value(hostvars, host, password_var, problems, secret=True)) for host in spark]
+    problems += credentials.credentials(values + clients, settings["example_passwords"], int(settings["min_length"]))
+    server = next((v for v in values if v[1] == settings["l2_server_var"]), None)
+    if server is not None:
+        problems += credentials.same_secret(server, clients)
+    return problems
+
+
+def kvtier_preflight_drives(drives, host, count, pattern, serials=()):
+    return hardware.storage_drives(str(host), plain(drives) or [], int(count), str(pattern), plain(serials) or [])
+
+
+def kvtier_preflight_memory(memtotal_mb, hostvars, spark, host):
+    problems = []
+    spark = [str(h) for h in spark or []]
+    spec_dict, spec_problems = tiers.spec_problems(_cluster(hostvars, spark, problems), hostvars, spark)
+    if spec_dict is None:  # the inventory checks already reported why
+        return problems + spec_problems
+    return hardware.spark_memory(str(host), memtotal_mb, spec_dict)
+
+
+def kvtier_preflight_nic(interfaces, host, roce_interface):
+    return hardware.nic(str(host), plain(interfaces) or [], str(roce_interface or ""))
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "kvtier_preflight_controller": kvtier_preflight_controller,
+            "kvtier_preflight_inventory": kvtier_preflight_inventory,
+            "kvtier_preflight_credentials": kvtier_preflight_credentials,
+            "kvtier_preflight_drives": kvtier_preflight_drives,
+            "kvtier_preflight_memory": kvtier_preflight_memory,
+            "kvtier_preflight_nic": kvtier_preflight_nic,
+        }
