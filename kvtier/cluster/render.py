@@ -209,7 +209,9 @@ def endpoints(spec: ClusterSpec, node_name: str) -> dict:
     urls = {
         "vllm": f"http://{host_for_url(vllm_host)}:{node.ports.vllm_http}",
         "lmcache_http": f"http://{LMCACHE_HTTP_HOST}:{node.ports.lmcache_http}",
-        "lmcache_metrics": f"http://127.0.0.1:{node.ports.lmcache_metrics}/metrics",
+        # lmcache 0.5.6 serves lmcache_mp_* at /metrics on its HTTP API port; nothing listened on
+        # --prometheus-port when measured (no --otlp-endpoint), so probes read the HTTP port.
+        "lmcache_metrics": f"http://{LMCACHE_HTTP_HOST}:{node.ports.lmcache_http}/metrics",
     }
     if spec.p2p is not None:
         urls["coordinator"] = spec.p2p.coordinator.url

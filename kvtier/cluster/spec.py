@@ -65,6 +65,10 @@ L2_ADAPTERS = ("resp", "valkey")
 L3_ADAPTERS = ("fs", "nixl_store_dynamic")
 NIXL_BACKENDS = ("POSIX", "GDS", "GDS_MT")
 P2P_ENGINES = ("nixl", "mooncake_te")
+# The pinned package that provides each transfer engine (lmcache server exits with rc 3 without it).
+# `nixl` 1.5.1 pulls its CUDA 13 build on real Sparks; the CPU lab pins nixl-cu12 (UCX bundled, no CUDA).
+P2P_ENGINE_PACKAGES = {"nixl": "nixl==1.5.1", "mooncake_te": "mooncake-transfer-engine==0.3.13.post1"}
+_PINNED = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
 TRANSFER_MODES = ("auto", "lmcache_driven", "engine_driven")
 EVICTION_POLICIES = ("LRU", "ARC")
 DTYPES = ("auto", "bfloat16", "float16", "float32")
@@ -98,7 +102,7 @@ _LMCACHE_KEYS = ("chunk_size", "hash_algorithm", "python_hash_seed", "l0_dram_gi
 _L2_KEYS = ("adapter", "host", "port", "user", "password_var", "num_workers", "tls_enable",
             "valkey_password_in_argv")
 _L3_KEYS = ("adapter", "path", "nixl_backend", "use_direct_io", "max_capacity_gb")
-_P2P_KEYS = ("coordinator", "advertise_port", "transfer_engine", "heartbeat_interval")
+_P2P_KEYS = ("coordinator", "advertise_port", "transfer_engine", "transfer_package", "heartbeat_interval")
 _COORDINATOR_KEYS = ("node", "address", "port")
 _PORT_KEYS = ("vllm_http", "lmcache_zmq", "lmcache_http", "lmcache_metrics")
 _MEMORY_KEYS = ("unified_gib", "os_reserve_gib", "runtime_overhead_gib")
@@ -221,6 +225,7 @@ class P2PSpec:
     coordinator: CoordinatorSpec
     advertise_port: int
     transfer_engine: str
+    transfer_package: str
     heartbeat_interval: float
 
 
@@ -486,10 +491,17 @@ def _parse_p2p(r: Reader, raw_nodes) -> P2PSpec:
             r.problems.append(f"{c.name('address')} is required because {c.name('node')} {node} is not a serving "
                               f"node: give the coordinator's IP on the data network")
     coordinator = CoordinatorSpec(node, address, c.port("port", 9300))
+    engine = r.string("transfer_engine", "nixl", choices=P2P_ENGINES)
+    package = r.string("transfer_package", P2P_ENGINE_PACKAGES.get(engine, P2P_ENGINE_PACKAGES["nixl"]),
+                       what="the pinned pip requirement that provides the transfer engine")
+    if package is not None and not _PINNED.match(package):
+        r.problems.append(f"{r.name('transfer_package')} is {package!r}; pin it as name==version "
+                          f"(e.g. {P2P_ENGINE_PACKAGES['nixl']}) so every node runs the same build")
     return P2PSpec(
         coordinator=coordinator,
         advertise_port=r.port("advertise_port", 8500),
-        transfer_engine=r.string("transfer_engine", "nixl", choices=P2P_ENGINES),
+        transfer_engine=engine,
+        transfer_package=package,
         heartbeat_interval=r.number("heartbeat_interval", 5.0),
     )
 

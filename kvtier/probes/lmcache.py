@@ -159,10 +159,27 @@ def status_summary(status: dict) -> dict:
     walk(status, "")
     objects = _find(status, "total_object_count")
     used = _find(status, "memory_used_bytes")
+    peers = _find(status, "p2p_peers")
     return {"l1_objects": objects if isinstance(objects, int) else None,
             "l1_used_bytes": used if isinstance(used, int) else None,
+            "p2p_enabled": _find(status, "p2p_enabled") is True,
             "p2p_state": _find(status, "p2p_state"),
+            "p2p_peers": sorted(str(p) for p in peers) if isinstance(peers, list) else [],
             "unhealthy": unhealthy}
+
+
+def p2p_problems(status: dict, min_peers: int) -> list:
+    """Why a P2P-enabled server is not serving peers yet (empty when it is registered with enough peers).
+
+    A server whose coordinator is unreachable still answers /healthcheck, and every lookup then misses:
+    the silent P2P failure this check exists for."""
+    if not status.get("p2p_enabled"):
+        return ["LMCache P2P is not enabled on this server (no --coordinator-url/--p2p-advertise-url took effect)"]
+    if status.get("p2p_state") != "registered":
+        return [f"LMCache P2P state is {status.get('p2p_state')!r}, not 'registered' with the coordinator"]
+    if len(status.get("p2p_peers", [])) < min_peers:
+        return [f"LMCache P2P sees {len(status['p2p_peers'])} peer(s) {status['p2p_peers']}, expected at least {min_peers}"]
+    return []
 
 
 def served_models(models: dict) -> list:
@@ -202,9 +219,11 @@ def get_metrics(url: str, timeout: float = 5.0) -> list:
         raise ProbeError(f"{url}: {exc}") from None
 
 
-def probe_node(endpoints: dict, model: str | None = None, timeout: float = 5.0) -> dict:
+def probe_node(endpoints: dict, model: str | None = None, timeout: float = 5.0, p2p_peers: int | None = None) -> dict:
     """Health of one serving node. `endpoints` as rendered by kvtier.cluster (vllm, lmcache_http,
-    lmcache_metrics); any of them may be absent. Returns a dict with ``problems`` (empty when healthy)."""
+    lmcache_metrics); any of them may be absent. With `p2p_peers` (needs lmcache_http), the server must be
+    registered with the P2P coordinator and see at least that many peers.
+    Returns a dict with ``problems`` (empty when healthy)."""
     result: dict = {"problems": []}
     problems = result["problems"]
     if endpoints.get("lmcache_http"):
@@ -223,6 +242,8 @@ def probe_node(endpoints: dict, model: str | None = None, timeout: float = 5.0) 
                 if result["lmcache_status"]["unhealthy"]:
                     problems.append("LMCache /status reports unhealthy parts: "
                                     + ", ".join(result["lmcache_status"]["unhealthy"]))
+                if p2p_peers is not None:
+                    problems.extend(p2p_problems(result["lmcache_status"], p2p_peers))
             except ProbeError as exc:
                 problems.append(str(exc))
     if endpoints.get("lmcache_metrics"):

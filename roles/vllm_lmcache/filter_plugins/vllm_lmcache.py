@@ -36,20 +36,19 @@ def vllm_lmcache_facts(spec_dict, host):
     is_node = any(n.name == host for n in spec.nodes)
     inst = spec.install
     endpoints = _render.endpoints(spec, host) if is_node else {}
-    if endpoints:
-        # lmcache 0.5.6 serves lmcache_mp_* at /metrics on its HTTP API port; nothing listened on
-        # --prometheus-port when measured (CPU lab, no --otlp-endpoint).
-        endpoints["lmcache_metrics"] = endpoints["lmcache_http"] + "/metrics"
     return {
         "is_node": is_node,
         "runs_coordinator": spec.p2p is not None and spec.p2p.coordinator.node == host,
         "venv": inst.venv,
-        "requirements": [f"{inst.vllm_package}=={inst.vllm_version}", f"lmcache=={inst.lmcache_version}"],
+        "requirements": [f"{inst.vllm_package}=={inst.vllm_version}", f"lmcache=={inst.lmcache_version}"]
+        # Serving nodes load the P2P transfer engine; the coordinator does not.
+        + ([spec.p2p.transfer_package] if spec.p2p is not None and is_node else []),
         "model_path": spec.model.path,
         "served_name": spec.model.served_name,
         "l2": None if spec.l2 is None else {"adapter": spec.l2.adapter, "host": spec.l2.host, "port": spec.l2.port,
                                             "user": spec.l2.user, "password_var": spec.l2.password_var},
         "l3_path": None if spec.l3 is None else spec.l3.path,
+        "p2p": spec.p2p is not None and is_node,
         "endpoints": endpoints,
         "fingerprint": _cluster.fingerprint(spec),
     }
