@@ -12,7 +12,7 @@ MIN_LENGTH = 16
 
 def _problem(value, examples: Iterable[str], min_length: int) -> str | None:
     if value is None or str(value) == "":
-        return "is not set: define it in a vault (ansible-vault encrypt_string --name <variable> \"$(openssl rand -base64 32)\")"
+        return "is not set: define it in a vault (see inventory/example/group_vars/all/vault.yml)"
     text = str(value)
     if text.lower() in {str(e).lower() for e in examples}:
         return "still has an example value: replace it with a generated one (openssl rand -base64 32) in a vault"

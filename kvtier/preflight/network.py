@@ -56,11 +56,11 @@ def addresses(hosts: Mapping, storage: str | None, data_cidr: str = "") -> list:
         problems.append(source)
     users: dict = {}  # address -> [(host, variable)]
 
-    def inside(host, var, ip):
+    def inside(host, var, ip, shown):
         if network is not None and ip.version == network.version and ip in network:
             return
         if network is not None:
-            problems.append(f"host {host}: {var} {ip} is outside the data network {network} ({source}): "
+            problems.append(f"host {host}: {var} {shown} is outside the data network {network} ({source}): "
                             f"use an address on the RoCE network")
 
     for host, hv in hosts.items():
@@ -75,7 +75,7 @@ def addresses(hosts: Mapping, storage: str | None, data_cidr: str = "") -> list:
                 problems.append(f"host {host}: kvtier_data_address {data!r} is not an IP address: give the host's "
                                 f"address on the RoCE data network (a bare IP, e.g. 10.10.0.21)")
             else:
-                inside(host, "kvtier_data_address", data_ip)
+                inside(host, "kvtier_data_address", data_ip, data_ip)
                 users.setdefault(data_ip, []).append((host, "kvtier_data_address"))
         roce = hv.get("roce_address") or ""
         if roce:
@@ -84,7 +84,7 @@ def addresses(hosts: Mapping, storage: str | None, data_cidr: str = "") -> list:
                 problems.append(f"host {host}: roce_address {roce!r} is not a host address with a prefix length: "
                                 f"write it like 10.10.0.21/24")
             else:
-                inside(host, "roce_address", iface.ip)
+                inside(host, "roce_address", iface.ip, roce)
                 if network is not None and iface.network != network and iface.ip in network:
                     problems.append(f"host {host}: roce_address {roce} has prefix /{iface.network.prefixlen}, but the "
                                     f"data network is {network} ({source}): use /{network.prefixlen} on every node")
