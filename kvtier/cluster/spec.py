@@ -523,11 +523,16 @@ def _check_cpu_block(spec_install: InstallSpec, spec_vllm: VLLMSpec, problems: l
                         f"'No common block size'); use 32 with lmcache.chunk_size 32, or the CPU default 128")
 
 
+def memory_budget(spec: ClusterSpec) -> tuple:
+    """(label, GiB) of everything that shares a Spark's unified memory; a value is None when unset."""
+    return (("model.weights_gib", spec.model.weights_gib), ("vllm.gpu_kv_cache_gib", spec.vllm.gpu_kv_cache_gib),
+            ("lmcache.l0_dram_gib", spec.lmcache.l0_dram_gib),
+            ("memory.runtime_overhead_gib", spec.memory.runtime_overhead_gib),
+            ("memory.os_reserve_gib", spec.memory.os_reserve_gib))
+
+
 def _check_memory(spec: ClusterSpec, problems: list) -> None:
-    parts = (("model.weights_gib", spec.model.weights_gib), ("vllm.gpu_kv_cache_gib", spec.vllm.gpu_kv_cache_gib),
-             ("lmcache.l0_dram_gib", spec.lmcache.l0_dram_gib),
-             ("memory.runtime_overhead_gib", spec.memory.runtime_overhead_gib),
-             ("memory.os_reserve_gib", spec.memory.os_reserve_gib))
+    parts = memory_budget(spec)
     if any(value is None for _, value in parts):
         return
     total = sum(value for _, value in parts)

@@ -6,6 +6,7 @@ import re
 from collections.abc import Iterable, Mapping
 
 from kvtier.cluster import load_spec
+from kvtier.cluster.spec import memory_budget
 
 
 def storage_drives(host: str, drives: Iterable[Mapping], count: int, model_pattern: str,
@@ -37,10 +38,7 @@ def spark_memory(host: str, memtotal_mb, spec_dict: Mapping) -> list:
     spec = load_spec(spec_dict)
     node = spec.node(host)
     have_gib = float(memtotal_mb) / 1024
-    parts = (("model.weights_gib", spec.model.weights_gib), ("vllm.gpu_kv_cache_gib", spec.vllm.gpu_kv_cache_gib),
-             ("lmcache.l0_dram_gib", spec.lmcache.l0_dram_gib),
-             ("memory.runtime_overhead_gib", spec.memory.runtime_overhead_gib),
-             ("memory.os_reserve_gib", spec.memory.os_reserve_gib))
+    parts = memory_budget(spec)
     total = sum(value for _, value in parts)
     if total <= have_gib:
         return []
