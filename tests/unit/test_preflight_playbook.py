@@ -8,6 +8,7 @@ controller (connection local, no facts); only the hardware test gathers facts of
 import json
 import os
 import pathlib
+import shutil
 import subprocess
 import sys
 
@@ -179,7 +180,11 @@ def test_hardware_of_this_machine_does_not_match(tmp_path):
                             "3068.4 GiB is more than the ") for m in messages), messages
     assert any(m.startswith("host spark01: roce_interface enp1s0f0np0 is not a network interface of the host (found: ")
                for m in messages), messages
-    assert any(m.startswith("host kv-storage01: ") and "NVMe drive" in m for m in messages), messages
+    nvme_problems = [m for m in messages if m.startswith("host kv-storage01: ") and "NVMe drive" in m]
+    if shutil.which("nvme"):
+        assert nvme_problems, messages
+    else:  # a fresh node without nvme-cli: reported as not checked yet (nvme_raid checks again), not a failure
+        assert nvme_problems == [], messages
 
 
 def test_site_yml_stops_before_the_storage_play(tmp_path):
