@@ -146,6 +146,8 @@ def lmcache_server(spec: ClusterSpec, node_name: str, l2_password: str | None = 
         ]
         if node.ucx_net_devices and p2p.transfer_engine == "nixl":
             env["UCX_NET_DEVICES"] = node.ucx_net_devices
+        if p2p.ucx_tls and p2p.transfer_engine == "nixl":
+            env["UCX_TLS"] = p2p.ucx_tls
     argv += list(lmc.extra_server_args)
     if spec.l2 is not None and len(l2_password) >= 8 and any(l2_password in arg for arg in argv):
         raise RenderError("internal error: the L2 password ended up in the LMCache server's argv")

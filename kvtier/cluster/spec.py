@@ -102,7 +102,7 @@ _LMCACHE_KEYS = ("chunk_size", "hash_algorithm", "python_hash_seed", "l0_dram_gi
 _L2_KEYS = ("adapter", "host", "port", "user", "password_var", "num_workers", "tls_enable",
             "valkey_password_in_argv")
 _L3_KEYS = ("adapter", "path", "nixl_backend", "use_direct_io", "max_capacity_gb")
-_P2P_KEYS = ("coordinator", "advertise_port", "transfer_engine", "transfer_package", "heartbeat_interval")
+_P2P_KEYS = ("coordinator", "advertise_port", "transfer_engine", "transfer_package", "heartbeat_interval", "ucx_tls")
 _COORDINATOR_KEYS = ("node", "address", "port")
 _PORT_KEYS = ("vllm_http", "lmcache_zmq", "lmcache_http", "lmcache_metrics")
 _MEMORY_KEYS = ("unified_gib", "os_reserve_gib", "runtime_overhead_gib")
@@ -227,6 +227,9 @@ class P2PSpec:
     transfer_engine: str
     transfer_package: str
     heartbeat_interval: float
+    # UCX_TLS for the nixl engine; None lets UCX choose (RC over RoCE on Sparks). Containers need "tcp":
+    # UCX sees one kernel and picks CMA, which cannot cross PID namespaces.
+    ucx_tls: str | None = None
 
 
 @dataclass(frozen=True)
@@ -503,6 +506,7 @@ def _parse_p2p(r: Reader, raw_nodes) -> P2PSpec:
         transfer_engine=engine,
         transfer_package=package,
         heartbeat_interval=r.number("heartbeat_interval", 5.0),
+        ucx_tls=r.string("ucx_tls", None, what="a UCX_TLS value such as tcp"),
     )
 
 

@@ -198,8 +198,13 @@ def test_ucx_devices_for_nixl_only():
     spec = load_spec(data)
     assert lmcache_server(spec, "spark02", PASSWORD).env["UCX_NET_DEVICES"] == "rocep1s0f1:1"
     assert "UCX_NET_DEVICES" not in lmcache_server(spec, "spark01", PASSWORD).env
+    assert "UCX_TLS" not in lmcache_server(spec, "spark02", PASSWORD).env  # UCX chooses (RC over RoCE)
+    data["p2p"]["ucx_tls"] = "tcp"
+    assert lmcache_server(load_spec(data), "spark01", PASSWORD).env["UCX_TLS"] == "tcp"
     data["p2p"]["transfer_engine"] = "mooncake_te"
-    assert "UCX_NET_DEVICES" not in lmcache_server(load_spec(data), "spark02", PASSWORD).env
+    data["p2p"].pop("transfer_package", None)
+    env = lmcache_server(load_spec(data), "spark02", PASSWORD).env
+    assert "UCX_NET_DEVICES" not in env and "UCX_TLS" not in env
 
 
 def test_rendering_is_deterministic():
