@@ -47,6 +47,14 @@ def test_good_inventory_passes(tmp_path):
     assert run_preflight(tmp_path, GOOD) == (0, [])
 
 
+def test_example_inventory_only_lacks_real_secrets(tmp_path):
+    """inventory/example is complete: the vault placeholders are the only thing an operator must replace."""
+    rc, messages = run_preflight(tmp_path, ROOT / "inventory" / "example")
+    assert rc != 0
+    assert [m.split(":")[0] for m in messages] == ["kv_store_lmcache_password still has an example value",
+                                                   "kv_store_admin_password still has an example value"]
+
+
 def test_controller_versions_collections_and_libraries(tmp_path):
     rc, messages = run_preflight(tmp_path, GOOD, extra=[
         "-e", "preflight_ansible_min=2.99", "-e", "preflight_ansible_max=3.0",
