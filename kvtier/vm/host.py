@@ -68,6 +68,12 @@ def data_nic_args(mode: str, port: int, mac: str, addr: int = 0x10) -> list[str]
             "-device", f"virtio-net-pci,netdev=data0,mac={mac},addr={addr:#x}"]  # fmt: skip
 
 
+def tap_nic_args(ifname: str, mac: str, addr: int = 0x10) -> list[str]:
+    """A second NIC on a host tap device (which the caller plugs into a bridge); the guest sees ens16."""
+    return ["-netdev", f"tap,id=data0,ifname={ifname},script=no,downscript=no",
+            "-device", f"virtio-net-pci,netdev=data0,mac={mac},addr={addr:#x}"]  # fmt: skip
+
+
 def mac_for(name: str) -> str:
     # Locally administered QEMU prefix + 3 bytes of the name: stable and distinct per VM.
     h = hashlib.sha256(name.encode()).hexdigest()

@@ -1,0 +1,208 @@
+"""The lab's closing demonstration: on each Spark, a request whose cached tokens come from each tier.
+
+Every hit is read from LMCache's per-tier counters (`lmcache_mp_*`), never inferred from timing:
+  L0 local DRAM  the prompt again: LMCache's DRAM (its "L1") hit tokens rise;
+  L2 Valkey      DRAM emptied (`lmcache kvcache clear`): the repeat loads through the resp/valkey adapter;
+  L3 NVMe pool   L2 emptied (FLUSHALL as the admin user) and LMCache restarted (vLLM follows): the fs adapter;
+  L1 P2P         a prompt computed on the other Spark, with L2 and L3 emptied: the p2p adapter.
+LMCache looks a prompt up in DRAM, then in its L2 adapters in order (resp/valkey, fs, then p2p, which it adds
+at run time), so a lower tier can only be shown by emptying the ones before it. This is a lab routine: it
+flushes L2, deletes L3 entries and restarts LMCache, none of which belongs on a serving cluster.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import secrets
+import time
+import urllib.request
+
+from kvtier.lab import sparks
+from kvtier.probes import lmcache as lmcache_probe
+from kvtier.probes import resp
+
+# The probe is standard-library Python: it runs inside a container, where LMCache's HTTP API listens on
+# loopback only (it has no authentication).
+_PROBE = inspect.getsource(lmcache_probe)
+TEXT = "/usr/share/common-licenses/GPL-3"
+
+
+class DemoError(Exception):
+    pass
+
+
+@dataclasses.dataclass
+class Lab:
+    sparks: dict  # host -> data address
+    model: str
+    venv: str
+    vllm_port: int
+    lmcache_http_port: int
+    l2_adapter: str
+    l2_host: str
+    l2_port: int
+    l3_path: str
+    admin_user: str
+    admin_password: str
+    # Makes this run's prompts new to every tier: L3 and P2P outlive a run, and a warm re-run must still
+    # start from a miss.
+    nonce: str = dataclasses.field(default_factory=lambda: secrets.token_hex(4))
+
+
+@dataclasses.dataclass
+class Hit:
+    tier: str
+    host: str
+    cached_tokens: int
+    counter: str
+    delta: int
+
+    @property
+    def proven(self) -> bool:
+        return self.cached_tokens > 0 and self.delta > 0
+
+
+def _in_spark(lab: Lab, host: str, call: str):
+    """Evaluate `call` (an expression over the probe module) inside the Spark's container."""
+    return json.loads(sparks.exec_(host, "python3", "-", stdin=_PROBE + f"\nprint(json.dumps({call}))\n"))
+
+
+def counters(lab: Lab, host: str) -> dict:
+    return _in_spark(lab, host, f"lmcache_summary(get_metrics('http://127.0.0.1:{lab.lmcache_http_port}/metrics'))")
+
+
+def _loads(summary: dict, adapter: str) -> int:
+    return summary["l2"].get(adapter, {}).get("loads", 0)
+
+
+def _stores(summary: dict, adapter: str) -> int:
+    return summary["l2"].get(adapter, {}).get("stores", 0)
+
+
+def wait_ready(lab: Lab, host: str, peers: int, timeout: float = 900) -> None:
+    endpoints = {"vllm": f"http://127.0.0.1:{lab.vllm_port}", "lmcache_http": f"http://127.0.0.1:{lab.lmcache_http_port}"}
+    deadline = time.monotonic() + timeout
+    while True:
+        result = _in_spark(lab, host, f"probe_node({endpoints!r}, {lab.model!r}, 5.0, {peers})")
+        if not result["problems"]:
+            return
+        if time.monotonic() > deadline:
+            raise DemoError(f"{host} not ready after {timeout:.0f} s: {'; '.join(result['problems'])}")
+        time.sleep(3)
+
+
+def complete(lab: Lab, host: str, prompt: str) -> int:
+    """Send the prompt to the Spark's vLLM (over the lab network); returns the cached prompt tokens."""
+    body = json.dumps({"model": lab.model, "prompt": prompt, "max_tokens": 1, "temperature": 0}).encode()
+    request = urllib.request.Request(f"http://{lab.sparks[host]}:{lab.vllm_port}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    with urllib.request.urlopen(request, timeout=600) as reply:
+        usage = json.load(reply)["usage"]
+    return (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+
+
+def wait_stored(lab: Lab, host: str, before: dict, adapters: list, timeout: float = 120) -> None:
+    """Stores are asynchronous: wait until each adapter completed one more than before."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = counters(lab, host)
+        late = [a for a in adapters if _stores(now, a) <= _stores(before, a)]
+        if not late:
+            return
+        if time.monotonic() > deadline:
+            raise DemoError(f"{host}: no store completed on {', '.join(late)} within {timeout:.0f} s")
+        time.sleep(1)
+
+
+def flush_l2(lab: Lab) -> None:
+    with resp.RespClient(lab.l2_host, lab.l2_port) as client:
+        client.auth(lab.admin_user, lab.admin_password)
+        client.call("FLUSHALL")
+
+
+def empty_l3(lab: Lab, host: str) -> None:
+    sparks.exec_(host, "find", lab.l3_path, "-mindepth", "1", "-delete")
+
+
+def prompt_for(lab: Lab, host: str, purpose: str) -> str:
+    # The purpose and host name come first, so no chunk is shared with another step's prompt.
+    text = sparks.exec_(host, "head", "-c", "6000", TEXT)
+    return f"{lab.nonce} {purpose} on {host}: {text}"
+
+
+def local_tiers(lab: Lab, host: str, peers: int, out=print) -> list:
+    """L0, L2 and L3 hits on one Spark."""
+    adapters = [lab.l2_adapter, "fs"]
+    prompt = prompt_for(lab, host, "local tiers")
+    before = counters(lab, host)
+    cold = complete(lab, host, prompt)
+    if cold:
+        raise DemoError(f"{host}: the first request already had {cold} cached tokens: the lab is not fresh")
+    wait_stored(lab, host, before, adapters)
+    hits = []
+
+    base = counters(lab, host)
+    tokens = complete(lab, host, prompt)
+    after = counters(lab, host)
+    hits.append(Hit("L0 local DRAM", host, tokens, "lmcache_mp_lookup_hit_l1_tokens",
+                    after["l1_hit_tokens"] - base["l1_hit_tokens"]))
+
+    sparks.exec_(host, f"{lab.venv}/bin/lmcache", "kvcache", "clear", "--url", f"http://127.0.0.1:{lab.lmcache_http_port}")
+    base = counters(lab, host)
+    tokens = complete(lab, host, prompt)
+    after = counters(lab, host)
+    hits.append(Hit(f"L2 {lab.l2_adapter} (storage node)", host, tokens, f"l2_name={lab.l2_adapter} loads",
+                    _loads(after, lab.l2_adapter) - _loads(base, lab.l2_adapter)))
+
+    flush_l2(lab)
+    sparks.exec_(host, "systemctl", "restart", "kvtier-lmcache.service")
+    wait_ready(lab, host, peers)
+    base = counters(lab, host)  # a new process: its counters start at zero
+    tokens = complete(lab, host, prompt)
+    after = counters(lab, host)
+    hits.append(Hit("L3 fs after a restart", host, tokens, "l2_name=fs loads", _loads(after, "fs") - _loads(base, "fs")))
+    return hits
+
+
+def p2p_tier(lab: Lab, source: str, target: str) -> Hit:
+    """A prompt computed on `source` is a hit on `target`, with L2 and L3 emptied: only the peer has it."""
+    prompt = prompt_for(lab, source, f"computed on {source} for {target}")
+    before = counters(lab, source)
+    complete(lab, source, prompt)
+    wait_stored(lab, source, before, [lab.l2_adapter, "fs"])
+    flush_l2(lab)
+    empty_l3(lab, source)
+    base = counters(lab, target)
+    tokens = complete(lab, target, prompt)
+    after = counters(lab, target)
+    others = {a: _loads(after, a) - _loads(base, a) for a in (lab.l2_adapter, "fs")}
+    if any(others.values()):
+        raise DemoError(f"{target}: the P2P prompt was also loaded from {others}: L2/L3 were not empty")
+    return Hit(f"L1 P2P from {source}", target, tokens, "l2_name=p2p loads", _loads(after, "p2p") - _loads(base, "p2p"))
+
+
+def run(lab: Lab, out=print) -> list:
+    hosts = sorted(lab.sparks)
+    peers = len(hosts) - 1
+    hits = []
+    for host in hosts:
+        wait_ready(lab, host, peers)
+    for host in hosts:
+        out(f"  {host}: L0, then L2, then L3 after restarting LMCache ...")
+        hits += local_tiers(lab, host, peers, out)
+    if peers:
+        for source, target in zip(hosts, hosts[1:] + hosts[:1]):
+            wait_ready(lab, target, peers)
+            out(f"  {target}: a prompt computed on {source}, with L2 and L3 emptied ...")
+            hits.append(p2p_tier(lab, source, target))
+    return hits
+
+
+def table(hits: list) -> list[str]:
+    lines = [f"  {'Spark':<9} {'tier':<26} {'cached tokens':>13}  {'counter':<32} {'moved by':>8}"]
+    for h in hits:
+        mark = "" if h.proven else "   <- NOT PROVEN"
+        lines.append(f"  {h.host:<9} {h.tier:<26} {h.cached_tokens:>13}  {h.counter:<32} {h.delta:>8}{mark}")
+    return lines

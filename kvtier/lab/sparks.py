@@ -1,0 +1,76 @@
+"""The lab's Sparks: systemd containers on the lab network, sharing one volume as their L3 directory.
+
+A container cannot mount NFS here (no RDMA, no privileges for it), so the L3 tier of the lab Sparks is a
+podman volume mounted at the same path in each: the same `fs` adapter and files, but not the NVMe pool.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+from kvtier import images
+from kvtier.lab import fabric
+
+IMAGE = images.RECIPES["debian12"].name
+VOLUME = "kvtier-lab-l3"
+L3_MOUNT = "/srv/kvtier-l3"
+# vLLM needs more than podman's default 64 MiB of /dev/shm (160 MiB measured).
+SHM_SIZE = "1g"
+
+
+def container(host: str) -> str:
+    return f"kvtier-lab-{host}"
+
+
+def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+    proc = subprocess.run(["podman", *args], capture_output=True, text=True)
+    if check and proc.returncode != 0:
+        raise fabric.FabricError(f"podman {' '.join(args)}: {proc.stderr.strip()}")
+    return proc
+
+
+def state(host: str) -> str | None:
+    """'running', 'exited', ... or None when there is no such container."""
+    proc = _podman("container", "inspect", container(host), check=False)
+    if proc.returncode != 0:
+        return None
+    return json.loads(proc.stdout)[0]["State"]["Status"]
+
+
+def start(host: str, address: str) -> bool:
+    """Run the container for `host` at `address`; False when it was already running."""
+    current = state(host)
+    if current == "running":
+        return False
+    if current is not None:
+        _podman("rm", "-f", container(host))
+    _podman("run", "--detach", "--name", container(host), "--hostname", host, "--label", fabric.LABEL,
+            "--network", fabric.NETWORK, "--ip", address, "--shm-size", SHM_SIZE, "--systemd", "always",
+            "--volume", f"{VOLUME}:{L3_MOUNT}:rw", IMAGE, "/sbin/init")  # fmt: skip
+    return True
+
+
+def exec_(host: str, *argv: str, stdin: str | None = None, timeout: float = 600) -> str:
+    proc = subprocess.run(["podman", "exec", "-i", container(host), *argv], input=stdin, capture_output=True,
+                          text=True, timeout=timeout)  # fmt: skip
+    if proc.returncode != 0:
+        raise fabric.FabricError(f"{host}: {' '.join(argv)}: {proc.stderr.strip()[-2000:]}")
+    return proc.stdout
+
+
+def lab_containers() -> list[str]:
+    out = _podman("ps", "--all", "--filter", f"label={fabric.LABEL}", "--format", "{{.Names}}").stdout
+    return out.split()
+
+
+def remove() -> list[str]:
+    """Remove every lab container and the L3 volume; returns what was removed."""
+    removed = []
+    for name in lab_containers():
+        _podman("rm", "--force", "--time", "10", name)
+        removed.append(f"container {name}")
+    if _podman("volume", "exists", VOLUME, check=False).returncode == 0:
+        _podman("volume", "rm", "--force", VOLUME)
+        removed.append(f"volume {VOLUME}")
+    return removed

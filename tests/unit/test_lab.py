@@ -1,0 +1,65 @@
+"""The lab's generated inventory is one a real site.yml run accepts, and its report never hides a tier."""
+
+import ipaddress
+import shutil
+
+import yaml
+
+from kvtier.lab import demo, fabric, lab
+from tests.unit.test_preflight_playbook import run_preflight
+
+
+class FakeVM:
+    """Only what the inventory needs of a started VM (no QEMU here)."""
+
+    def instance_config(self):
+        return {"instance": lab.STORAGE, "address": "127.0.0.1", "user": "root", "port": 2222,
+                "identity_file": "/nonexistent/key"}
+
+
+def lab_inventory(tmp_path, monkeypatch):
+    monkeypatch.setattr(lab, "STATE", tmp_path / "state")
+    inventory_dir = tmp_path / "lab"
+    shutil.copytree(lab.INVENTORY_DIR / "group_vars", inventory_dir / "group_vars")
+    (inventory_dir / "hosts.yml").write_text(yaml.safe_dump(lab.inventory(FakeVM())))
+    return inventory_dir
+
+
+def test_lab_inventory_passes_preflight(tmp_path, monkeypatch):
+    assert run_preflight(tmp_path, lab_inventory(tmp_path, monkeypatch)) == (0, [])
+
+
+def test_lab_addresses_are_on_the_lab_network_and_distinct():
+    network = ipaddress.ip_network(fabric.SUBNET)
+    addresses = [lab.STORAGE_DATA_ADDRESS, *lab.SPARKS.values()]
+    assert len(set(addresses)) == len(addresses)
+    assert all(ipaddress.ip_address(a) in network for a in addresses)
+    assert ipaddress.ip_address(lab.STORAGE_DATA_ADDRESS) != next(network.hosts())  # .1 is the bridge itself
+
+
+def test_lab_secrets_are_generated_once_and_private(tmp_path, monkeypatch):
+    monkeypatch.setattr(lab, "STATE", tmp_path)
+    first = lab._secrets()
+    assert lab._secrets() == first
+    assert all(len(v) >= 24 and v != "changeme" for v in first.values())
+    assert (tmp_path / "secrets.json").stat().st_mode & 0o077 == 0
+
+
+def test_demo_reads_the_values_site_yml_used(tmp_path, monkeypatch):
+    monkeypatch.setattr(lab, "STATE", tmp_path)
+    cluster = yaml.safe_load((lab.INVENTORY_DIR / "group_vars" / "all" / "lab.yml").read_text())["kvtier_cluster"]
+    config = lab.demo_config()
+    assert config.l2_host == cluster["l2"]["host"] == lab.STORAGE_DATA_ADDRESS
+    assert (config.vllm_port, config.lmcache_http_port) == (cluster["ports"]["vllm_http"], cluster["ports"]["lmcache_http"])
+    assert config.l3_path == cluster["l3"]["path"]
+    assert config.admin_password == lab._secrets()["kv_store_admin_password"]
+
+
+def test_demo_table_flags_a_tier_whose_counter_did_not_move():
+    hits = [demo.Hit("L0 local DRAM", "spark01", 1600, "lmcache_mp_lookup_hit_l1_tokens", 1600),
+            demo.Hit("L2 resp (storage node)", "spark01", 1600, "l2_name=resp loads", 0),
+            demo.Hit("L3 fs after a restart", "spark01", 0, "l2_name=fs loads", 3)]
+    lines = demo.table(hits)
+    assert [h.proven for h in hits] == [True, False, False]
+    assert "NOT PROVEN" not in lines[1]
+    assert all("NOT PROVEN" in line for line in lines[2:])
