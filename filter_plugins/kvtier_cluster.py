@@ -73,6 +73,11 @@ def kvtier_node(spec_dict, node, l2_password=None):
     return _guard(_render.node_config, _load(spec_dict), str(node), l2_password)
 
 
+def kvtier_endpoints(spec_dict, node):
+    """The URLs a probe on `node` uses (no secrets needed, unlike kvtier_node)."""
+    return _guard(_render.endpoints, _load(spec_dict), str(node))
+
+
 def kvtier_fingerprint(spec_dict):
     return _cluster.fingerprint(_load(spec_dict))
 
@@ -94,6 +99,7 @@ class FilterModule:
             "kvtier_vllm": kvtier_vllm,
             "kvtier_coordinator": kvtier_coordinator,
             "kvtier_node": kvtier_node,
+            "kvtier_endpoints": kvtier_endpoints,
             "kvtier_fingerprint": kvtier_fingerprint,
             "kvtier_systemd_exec": kvtier_systemd_exec,
             "kvtier_systemd_env": kvtier_systemd_env,

@@ -217,9 +217,10 @@ def down(out=print) -> int:
     vm.destroy()
     removed += sparks.remove()
     removed += fabric.remove()
-    if INVENTORY.exists():
-        INVENTORY.unlink()
-        removed.append(str(INVENTORY.relative_to(REPO)))
+    for path in (INVENTORY, STATE / "secrets.json"):  # the secrets belong to the lab that is gone
+        if path.exists():
+            path.unlink()
+            removed.append(str(path.relative_to(REPO)))
     out("removed " + ", ".join(removed) if removed else "nothing to remove")
     left = leftovers()
     if left:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 
 from kvtier import images
 from kvtier.lab import fabric
@@ -68,7 +69,14 @@ def remove() -> list[str]:
     """Remove every lab container and the L3 volume; returns what was removed."""
     removed = []
     for name in lab_containers():
-        _podman("rm", "--force", "--time", "10", name)
+        # A container whose vLLM is still freeing gigabytes can outlast podman's wait after SIGKILL: retry.
+        for attempt in range(6):
+            proc = _podman("rm", "--force", "--time", "10", name, check=False)
+            if proc.returncode == 0 or _podman("container", "exists", name, check=False).returncode != 0:
+                break
+            time.sleep(5)
+        else:
+            raise fabric.FabricError(f"podman rm {name}: {proc.stderr.strip()}")
         removed.append(f"container {name}")
     if _podman("volume", "exists", VOLUME, check=False).returncode == 0:
         _podman("volume", "rm", "--force", VOLUME)

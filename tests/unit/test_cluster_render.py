@@ -324,6 +324,8 @@ def test_filters_render_from_plain_dicts(filters):
     assert filters["kvtier_coordinator"](data, "spark02") is None
     assert filters["kvtier_coordinator"](data, "spark01")["argv"][1] == "coordinator"
     assert filters["kvtier_node"](data, "spark03", PASSWORD)["node"] == "spark03"
+    # Probes need only the URLs: no L2 password (which a health check must not have to know).
+    assert filters["kvtier_endpoints"](data, "spark03") == filters["kvtier_node"](data, "spark03", PASSWORD)["endpoints"]
     assert filters["kvtier_systemd_exec"](server["argv"]).startswith("/opt/kvtier/venv/bin/lmcache server ")
     assert filters["kvtier_systemd_env"]({"B": "2", "A": "1"}) == ['"A=1"', '"B=2"']
     cluster = {k: v for k, v in data.items() if k != "nodes"}
