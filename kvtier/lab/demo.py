@@ -64,13 +64,13 @@ class Hit:
         return self.cached_tokens > 0 and self.delta > 0
 
 
-def _in_spark(lab: Lab, host: str, call: str):
+def _in_spark(host: str, call: str):
     """Evaluate `call` (an expression over the probe module) inside the Spark's container."""
     return json.loads(sparks.exec_(host, "python3", "-", stdin=_PROBE + f"\nprint(json.dumps({call}))\n"))
 
 
 def counters(lab: Lab, host: str) -> dict:
-    return _in_spark(lab, host, f"lmcache_summary(get_metrics('http://127.0.0.1:{lab.lmcache_http_port}/metrics'))")
+    return _in_spark(host, f"lmcache_summary(get_metrics('http://127.0.0.1:{lab.lmcache_http_port}/metrics'))")
 
 
 def _loads(summary: dict, adapter: str) -> int:
@@ -85,7 +85,7 @@ def wait_ready(lab: Lab, host: str, peers: int, timeout: float = 900) -> None:
     endpoints = {"vllm": f"http://127.0.0.1:{lab.vllm_port}", "lmcache_http": f"http://127.0.0.1:{lab.lmcache_http_port}"}
     deadline = time.monotonic() + timeout
     while True:
-        result = _in_spark(lab, host, f"probe_node({endpoints!r}, {lab.model!r}, 5.0, {peers})")
+        result = _in_spark(host, f"probe_node({endpoints!r}, {lab.model!r}, 5.0, {peers})")
         if not result["problems"]:
             return
         if time.monotonic() > deadline:
@@ -101,6 +101,13 @@ def complete(lab: Lab, host: str, prompt: str) -> int:
     with urllib.request.urlopen(request, timeout=600) as reply:
         usage = json.load(reply)["usage"]
     return (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+
+
+def measured(lab: Lab, host: str, prompt: str) -> tuple:
+    """(cached tokens, counters before, counters after) of one request."""
+    before = counters(lab, host)
+    tokens = complete(lab, host, prompt)
+    return tokens, before, counters(lab, host)
 
 
 def wait_stored(lab: Lab, host: str, before: dict, adapters: list, timeout: float = 120) -> None:
@@ -132,7 +139,7 @@ def prompt_for(lab: Lab, host: str, purpose: str) -> str:
     return f"{lab.nonce} {purpose} on {host}: {text}"
 
 
-def local_tiers(lab: Lab, host: str, peers: int, out=print) -> list:
+def local_tiers(lab: Lab, host: str, peers: int) -> list:
     """L0, L2 and L3 hits on one Spark."""
     adapters = [lab.l2_adapter, "fs"]
     prompt = prompt_for(lab, host, "local tiers")
@@ -143,25 +150,19 @@ def local_tiers(lab: Lab, host: str, peers: int, out=print) -> list:
     wait_stored(lab, host, before, adapters)
     hits = []
 
-    base = counters(lab, host)
-    tokens = complete(lab, host, prompt)
-    after = counters(lab, host)
+    tokens, base, after = measured(lab, host, prompt)
     hits.append(Hit("L0 local DRAM", host, tokens, "lmcache_mp_lookup_hit_l1_tokens",
                     after["l1_hit_tokens"] - base["l1_hit_tokens"]))
 
     sparks.exec_(host, f"{lab.venv}/bin/lmcache", "kvcache", "clear", "--url", f"http://127.0.0.1:{lab.lmcache_http_port}")
-    base = counters(lab, host)
-    tokens = complete(lab, host, prompt)
-    after = counters(lab, host)
+    tokens, base, after = measured(lab, host, prompt)
     hits.append(Hit(f"L2 {lab.l2_adapter} (storage node)", host, tokens, f"l2_name={lab.l2_adapter} loads",
                     _loads(after, lab.l2_adapter) - _loads(base, lab.l2_adapter)))
 
     flush_l2(lab)
     sparks.exec_(host, "systemctl", "restart", "kvtier-lmcache.service")
     wait_ready(lab, host, peers)
-    base = counters(lab, host)  # a new process: its counters start at zero
-    tokens = complete(lab, host, prompt)
-    after = counters(lab, host)
+    tokens, base, after = measured(lab, host, prompt)  # a new process: its counters start at zero
     hits.append(Hit("L3 fs after a restart", host, tokens, "l2_name=fs loads", _loads(after, "fs") - _loads(base, "fs")))
     return hits
 
@@ -174,9 +175,7 @@ def p2p_tier(lab: Lab, source: str, target: str) -> Hit:
     wait_stored(lab, source, before, [lab.l2_adapter, "fs"])
     flush_l2(lab)
     empty_l3(lab, source)
-    base = counters(lab, target)
-    tokens = complete(lab, target, prompt)
-    after = counters(lab, target)
+    tokens, base, after = measured(lab, target, prompt)
     others = {a: _loads(after, a) - _loads(base, a) for a in (lab.l2_adapter, "fs")}
     if any(others.values()):
         raise DemoError(f"{target}: the P2P prompt was also loaded from {others}: L2/L3 were not empty")
@@ -191,7 +190,7 @@ def run(lab: Lab, out=print) -> list:
         wait_ready(lab, host, peers)
     for host in hosts:
         out(f"  {host}: L0, then L2, then L3 after restarting LMCache ...")
-        hits += local_tiers(lab, host, peers, out)
+        hits += local_tiers(lab, host, peers)
     if peers:
         for source, target in zip(hosts, hosts[1:] + hosts[:1]):
             wait_ready(lab, target, peers)

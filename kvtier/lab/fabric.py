@@ -21,7 +21,7 @@ class FabricError(Exception):
     pass
 
 
-def _run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
+def run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
     proc = subprocess.run(argv, capture_output=True, text=True)
     if check and proc.returncode != 0:
         raise FabricError(f"{' '.join(argv)}: {proc.stderr.strip() or proc.stdout.strip()}")
@@ -29,24 +29,24 @@ def _run(argv: list[str], check: bool = True) -> subprocess.CompletedProcess:
 
 
 def network_exists() -> bool:
-    return _run(["podman", "network", "exists", NETWORK], check=False).returncode == 0
+    return run(["podman", "network", "exists", NETWORK], check=False).returncode == 0
 
 
 def ensure_network() -> None:
     if not network_exists():
-        _run(["podman", "network", "create", "--subnet", SUBNET, "--label", LABEL, NETWORK])
+        run(["podman", "network", "create", "--subnet", SUBNET, "--label", LABEL, NETWORK])
 
 
 def bridge() -> str | None:
     """The Linux bridge behind the podman network (podman names it podmanN), or None without the network."""
     if not network_exists():
         return None
-    info = json.loads(_run(["podman", "network", "inspect", NETWORK]).stdout)
+    info = json.loads(run(["podman", "network", "inspect", NETWORK]).stdout)
     return info[0].get("network_interface") if info else None
 
 
 def link_exists(name: str) -> bool:
-    return _run(["ip", "link", "show", "dev", name], check=False).returncode == 0
+    return run(["ip", "link", "show", "dev", name], check=False).returncode == 0
 
 
 def ensure_tap() -> None:
@@ -55,9 +55,9 @@ def ensure_tap() -> None:
     if not br or not link_exists(br):
         raise FabricError(f"bridge of podman network {NETWORK} is not up: start a container on it first")
     if not link_exists(TAP):
-        _run(["ip", "tuntap", "add", "dev", TAP, "mode", "tap"])
-    _run(["ip", "link", "set", "dev", TAP, "master", br])
-    _run(["ip", "link", "set", "dev", TAP, "up"])
+        run(["ip", "tuntap", "add", "dev", TAP, "mode", "tap"])
+    run(["ip", "link", "set", "dev", TAP, "master", br])
+    run(["ip", "link", "set", "dev", TAP, "up"])
 
 
 def remove() -> list[str]:
@@ -65,13 +65,13 @@ def remove() -> list[str]:
     removed = []
     br = bridge()
     if link_exists(TAP):
-        _run(["ip", "link", "del", "dev", TAP])
+        run(["ip", "link", "del", "dev", TAP])
         removed.append(f"tap {TAP}")
     if network_exists():
-        _run(["podman", "network", "rm", "-f", NETWORK])
+        run(["podman", "network", "rm", "-f", NETWORK])
         removed.append(f"podman network {NETWORK}")
     # netavark keeps a bridge that still had another port (the tap) when its last container left.
     if br and link_exists(br):
-        _run(["ip", "link", "del", "dev", br])
+        run(["ip", "link", "del", "dev", br])
         removed.append(f"bridge {br}")
     return removed

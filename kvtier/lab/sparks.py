@@ -25,10 +25,7 @@ def container(host: str) -> str:
 
 
 def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-    proc = subprocess.run(["podman", *args], capture_output=True, text=True)
-    if check and proc.returncode != 0:
-        raise fabric.FabricError(f"podman {' '.join(args)}: {proc.stderr.strip()}")
-    return proc
+    return fabric.run(["podman", *args], check=check)
 
 
 def state(host: str) -> str | None:
