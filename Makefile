@@ -7,11 +7,10 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 # Container scenarios (podman), then VM scenarios (QEMU/TCG), one at a time: on two cores, parallel TCG
-# guests and vLLM starts starve each other. `make test` runs the kv_store container scenarios and the storage
-# safety gates (~12 min). spark_serving (two vLLM + LMCache Sparks, all four tiers, ~28 min) passed alone but
-# failed once inside a clean-clone suite on a request timeout (since raised); until it passes there again it
-# runs by name, in `make test-serving`. storage_node (~50 min under TCG) runs with `make test-vm`.
-CONTAINER_SCENARIOS ?= kv_store_redis kv_store_valkey kv_store_invalid
+# guests and vLLM starts starve each other. `make test` runs the kv_store container scenarios, spark_serving
+# (two vLLM + LMCache Sparks, hits from all four tiers, ~28 min) and the storage safety gates (~12 min).
+# storage_node (~50 min under TCG) runs with `make test-vm`.
+CONTAINER_SCENARIOS ?= kv_store_redis kv_store_valkey kv_store_invalid spark_serving
 VM_SCENARIOS ?= storage_node nvme_raid_safety
 MOLECULE_SCENARIOS ?= $(CONTAINER_SCENARIOS) nvme_raid_safety
 
@@ -19,8 +18,8 @@ MOLECULE_SCENARIOS ?= $(CONTAINER_SCENARIOS) nvme_raid_safety
 
 help:
 	@echo "make lab   - provision the local lab with playbooks/site.yml and show the tiers working"
-	@echo "make test  - everything CI runs: lint, unit tests, kv_store container scenarios, the storage safety VM scenario"
-	@echo "make test-serving - spark_serving: two vLLM + LMCache Sparks, hits from every tier (~28 min)"
+	@echo "make test  - everything CI runs: lint, unit tests, kv_store and spark_serving container scenarios, the storage safety VM scenario"
+	@echo "make test-serving - spark_serving alone: two vLLM + LMCache Sparks, hits from every tier (~28 min)"
 	@echo "make test-vm - the QEMU/TCG VM scenarios: storage_node (RAID + NFS/RDMA + reboot, ~50 min), nvme_raid_safety"
 	@echo "make lint | unit | molecule SCENARIO=name | molecule MOLECULE_SCENARIOS='a b'  - narrower targets"
 
