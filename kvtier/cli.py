@@ -23,7 +23,9 @@ def _cmd_images_build(args: argparse.Namespace) -> int:
 def _cmd_lab(args: argparse.Namespace) -> int:
     from kvtier.lab import lab  # imports ansible-runner; keep `kvtier images` light
 
-    return {"up": lab.up, "down": lab.down, "status": lab.status}[args.action]()
+    if args.action == "up":
+        return lab.up(check=args.check)
+    return {"down": lab.down, "status": lab.status}[args.action]()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -47,7 +49,11 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (("up", "build the lab, provision it with playbooks/site.yml, show the tiers working"),
                        ("down", "remove everything the lab created"),
                        ("status", "list the lab's hosts")):
-        lab_sub.add_parser(name, help=text).set_defaults(func=_cmd_lab, action=name)
+        action = lab_sub.add_parser(name, help=text)
+        action.set_defaults(func=_cmd_lab, action=name)
+        if name == "up":
+            action.add_argument("--check", action="store_true",
+                                help="bring up the hosts and only show what site.yml would change (--check --diff)")
     return parser
 
 

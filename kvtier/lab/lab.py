@@ -145,7 +145,8 @@ def _step(out, title: str):
     return time.monotonic()
 
 
-def up(out=print) -> int:
+def up(out=print, check: bool = False) -> int:
+    """Build and provision the lab, then prove every tier; with check, stop after site.yml --check --diff."""
     started = time.monotonic()
     memory = MemoryWatch()
     timings = {}
@@ -168,14 +169,20 @@ def up(out=print) -> int:
         write_inventory(vm)
         timings["hosts"] = time.monotonic() - t
 
-        t = _step(out, "ansible-playbook playbooks/site.yml (preflight, storage node, Sparks, health)")
-        ok, changed, seconds, failures = run_playbook(REPO, "site.yml", INVENTORY, out=out)
-        timings["site.yml"] = seconds
-        out(f"\n  site.yml: {'ok' if ok else 'FAILED'} in {seconds:.0f} s, {changed} task(s) changed")
+        mode = " --check --diff" if check else ""
+        t = _step(out, f"ansible-playbook playbooks/site.yml{mode} (preflight, storage node, Sparks, health)")
+        ok, changed, seconds, failures = run_playbook(REPO, "site.yml", INVENTORY, out=out, check=check)
+        timings["site.yml" + mode] = seconds
+        out(f"\n  site.yml{mode}: {'ok' if ok else 'FAILED'} in {seconds:.0f} s, {changed} task(s) "
+            f"{'would change' if check else 'changed'}")
         if not ok:
             for failure in failures:
                 out(f"  {failure}")
             return 1
+        if check:
+            out(f"\nlab hosts up and checked in {time.monotonic() - started:.0f} s; nothing was provisioned. "
+                "`kvtier lab up` provisions them, `kvtier lab down` removes them.")
+            return 0
 
         t = _step(out, "every tier, proven with real requests and LMCache's per-tier counters")
         hits = demo.run(demo_config(), out=out)

@@ -47,7 +47,8 @@ class _Progress:
         return True
 
 
-def run_playbook(repo: pathlib.Path, playbook: str, inventory: pathlib.Path, *, out=print, extravars=None):
+def run_playbook(repo: pathlib.Path, playbook: str, inventory: pathlib.Path, *, out=print, extravars=None,
+                 check: bool = False):
     """Run repo/playbooks/<playbook>; return (ok, changed task count, seconds, failure messages)."""
     progress = _Progress(out)
     started = time.monotonic()
@@ -59,6 +60,7 @@ def run_playbook(repo: pathlib.Path, playbook: str, inventory: pathlib.Path, *, 
         playbook=str(repo / "playbooks" / playbook),
         inventory=str(inventory),
         extravars=extravars or {},
+        cmdline="--check --diff" if check else None,
         envvars={"ANSIBLE_CONFIG": str(repo / "ansible.cfg")},
         event_handler=progress,
         quiet=True,
