@@ -54,6 +54,9 @@ def run_playbook(repo: pathlib.Path, playbook: str, inventory: pathlib.Path, *, 
     started = time.monotonic()
     private = repo / ".cache" / "runner"
     private.mkdir(parents=True, exist_ok=True)
+    # ansible-runner keeps the command line in env/cmdline and reuses it when none is given: without this,
+    # a `lab up --check` would turn every later run into a check.
+    (private / "env" / "cmdline").unlink(missing_ok=True)
     result = ansible_runner.run(
         private_data_dir=str(private),
         project_dir=str(repo),

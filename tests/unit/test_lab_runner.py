@@ -1,0 +1,53 @@
+"""The lab's playbook runner: counts changes, reports failures, and in check mode changes nothing."""
+
+import sys
+import textwrap
+
+from kvtier.lab.runner import run_playbook
+
+
+def make_project(tmp_path, tasks: str):
+    (tmp_path / "playbooks").mkdir()
+    (tmp_path / "ansible.cfg").write_text("[defaults]\nstdout_callback = default\n")
+    (tmp_path / "playbooks" / "site.yml").write_text(textwrap.dedent("""\
+        - name: Test play
+          hosts: all
+          gather_facts: false
+          tasks:
+        """) + textwrap.indent(textwrap.dedent(tasks), "    "))
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(f"all:\n  hosts:\n    box:\n      ansible_connection: local\n"
+                         f"      ansible_python_interpreter: {sys.executable}\n")
+    return inventory
+
+
+def test_check_mode_reports_the_change_and_makes_none(tmp_path):
+    target = tmp_path / "written"
+    inventory = make_project(tmp_path, f"""\
+        - name: Write a file
+          ansible.builtin.copy:
+            content: "hello\\n"
+            dest: {target}
+            mode: "0644"
+        """)
+    lines = []
+    ok, changed, _, failures = run_playbook(tmp_path, "site.yml", inventory, out=lines.append, check=True)
+    assert (ok, changed, failures) == (True, 1, [])
+    assert not target.exists()
+    assert any("changed" in line and "Write a file" in line for line in lines)
+
+    ok, changed, _, _ = run_playbook(tmp_path, "site.yml", inventory, out=lines.append)
+    assert (ok, changed) == (True, 1)
+    assert target.read_text() == "hello\n"
+    assert run_playbook(tmp_path, "site.yml", inventory, out=lines.append)[:2] == (True, 0)
+
+
+def test_a_failure_is_returned_with_its_message(tmp_path):
+    inventory = make_project(tmp_path, """\
+        - name: Refuse
+          ansible.builtin.fail:
+            msg: the inventory is wrong
+        """)
+    ok, changed, _, failures = run_playbook(tmp_path, "site.yml", inventory, out=lambda _: None)
+    assert (ok, changed) == (False, 0)
+    assert failures == ["box: Refuse: the inventory is wrong"]
