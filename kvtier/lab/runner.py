@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
+import sys
 import time
 
 import ansible_runner
@@ -64,8 +66,15 @@ def run_playbook(repo: pathlib.Path, playbook: str, inventory: pathlib.Path, *, 
         inventory=str(inventory),
         extravars=extravars or {},
         cmdline="--check --diff" if check else None,
-        envvars={"ANSIBLE_CONFIG": str(repo / "ansible.cfg")},
+        # ansible-playbook from the venv kvtier runs in, also when that venv is not on PATH.
+        envvars={"ANSIBLE_CONFIG": str(repo / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
+                 "PATH": os.pathsep.join([str(pathlib.Path(sys.executable).parent), os.environ.get("PATH", "")])},
         event_handler=progress,
         quiet=True,
     )
-    return result.rc == 0, progress.changed, time.monotonic() - started, progress.failures
+    failures = progress.failures
+    if result.rc != 0 and not failures:  # it stopped before any task: a syntax error, a missing command
+        lines = [line for line in result.stdout.read().splitlines() if line.strip()]
+        failures = ([line for line in lines if line.startswith(("[ERROR]", "ERROR!", "Origin:"))] or lines[-5:]
+                    or [f"ansible-playbook exited with {result.rc} ({result.status})"])
+    return result.rc == 0, progress.changed, time.monotonic() - started, failures

@@ -51,3 +51,23 @@ def test_a_failure_is_returned_with_its_message(tmp_path):
     ok, changed, _, failures = run_playbook(tmp_path, "site.yml", inventory, out=lambda _: None)
     assert (ok, changed) == (False, 0)
     assert failures == ["box: Refuse: the inventory is wrong"]
+
+
+def test_a_run_that_stops_before_any_task_says_why(tmp_path):
+    inventory = make_project(tmp_path, """\
+        - name: Broken
+          ansible.builtin.no_such_module:
+        """)
+    ok, _, _, failures = run_playbook(tmp_path, "site.yml", inventory, out=lambda _: None)
+    assert not ok
+    assert any("no_such_module" in line for line in failures)
+
+
+def test_ansible_playbook_is_found_without_the_venv_on_path(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")  # as when .venv/bin/kvtier is run directly
+    inventory = make_project(tmp_path, """\
+        - name: Nothing
+          ansible.builtin.debug:
+            msg: hello
+        """)
+    assert run_playbook(tmp_path, "site.yml", inventory, out=lambda _: None)[:2] == (True, 0)
