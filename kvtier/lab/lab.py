@@ -211,6 +211,8 @@ def leftovers() -> list[str]:
     """Whatever of the lab still exists."""
     found = [f"VM {STORAGE}"] if host.VM(STORAGE).exists else []
     found += [f"container {name}" for name in sparks.lab_containers()]
+    if sparks.volume_exists():
+        found.append(f"podman volume {sparks.VOLUME}")
     if fabric.network_exists():
         found.append(f"podman network {fabric.NETWORK}")
     if fabric.link_exists(fabric.TAP):
@@ -218,22 +220,37 @@ def leftovers() -> list[str]:
     return found
 
 
-def down(out=print) -> int:
+def _destroy_vm() -> list[str]:
     vm = host.VM(STORAGE)
-    removed = [f"VM {STORAGE}"] if vm.exists else []
+    existed = vm.exists
     vm.destroy()
-    removed += sparks.remove()
-    removed += fabric.remove()
+    return [f"VM {STORAGE}"] if existed else []
+
+
+def _forget_inventory() -> list[str]:
+    removed = []
     for path in (INVENTORY, STATE / "secrets.json"):  # the secrets belong to the lab that is gone
         if path.exists():
             path.unlink()
             removed.append(str(path.relative_to(REPO)))
+    return removed
+
+
+def down(out=print) -> int:
+    """Remove everything the lab created. Every step runs even when one fails, then what is left is listed."""
+    removed, errors = [], []
+    for step in (_destroy_vm, sparks.remove, fabric.remove, _forget_inventory):
+        try:
+            removed += step()
+        except (fabric.FabricError, host.VMError, OSError) as exc:
+            errors.append(str(exc))
     out("removed " + ", ".join(removed) if removed else "nothing to remove")
+    for error in errors:
+        out(f"failed: {error}")
     left = leftovers()
     if left:
         out("still there: " + ", ".join(left))
-        return 1
-    return 0
+    return 1 if left or errors else 0
 
 
 def status(out=print) -> int:

@@ -29,11 +29,18 @@ def _podman(*args: str, check: bool = True) -> subprocess.CompletedProcess:
 
 
 def state(host: str) -> str | None:
-    """'running', 'exited', ... or None when there is no such container."""
+    """'running', 'exited', ..., 'stale' or None when there is no such container.
+
+    'stale': podman still records the container as running but its processes are gone (the host rebooted,
+    or conmon was killed); anything run in it fails, so it is not running for the lab.
+    """
     proc = _podman("container", "inspect", container(host), check=False)
     if proc.returncode != 0:
         return None
-    return json.loads(proc.stdout)[0]["State"]["Status"]
+    status = json.loads(proc.stdout)[0]["State"]["Status"]
+    if status == "running" and _podman("exec", container(host), "true", check=False).returncode != 0:
+        return "stale"
+    return status
 
 
 def start(host: str, address: str) -> bool:
@@ -41,8 +48,8 @@ def start(host: str, address: str) -> bool:
     current = state(host)
     if current == "running":
         return False
-    if current is not None:
-        _podman("rm", "-f", container(host))
+    if current is not None:  # exited or stale: start over, its systemd and services would not come back
+        _podman("rm", "--force", "--time", "10", container(host))
     _podman("run", "--detach", "--name", container(host), "--hostname", host, "--label", fabric.LABEL,
             "--network", fabric.NETWORK, "--ip", address, "--shm-size", SHM_SIZE, "--systemd", "always",
             "--volume", f"{VOLUME}:{L3_MOUNT}:rw", IMAGE, "/sbin/init")  # fmt: skip
@@ -75,7 +82,14 @@ def remove() -> list[str]:
         else:
             raise fabric.FabricError(f"podman rm {name}: {proc.stderr.strip()}")
         removed.append(f"container {name}")
-    if _podman("volume", "exists", VOLUME, check=False).returncode == 0:
-        _podman("volume", "rm", "--force", VOLUME)
+    if volume_exists():
+        proc = _podman("volume", "rm", "--force", VOLUME, check=False)
+        # After a host reboot podman can fail to free the volume's lock and still remove it: judge by the result.
+        if volume_exists():
+            raise fabric.FabricError(f"podman volume rm {VOLUME}: {proc.stderr.strip()}")
         removed.append(f"volume {VOLUME}")
     return removed
+
+
+def volume_exists() -> bool:
+    return _podman("volume", "exists", VOLUME, check=False).returncode == 0
