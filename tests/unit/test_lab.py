@@ -1,8 +1,11 @@
 """The lab's generated inventory is one a real site.yml run accepts, and its report never hides a tier."""
 
+import http.server
 import ipaddress
 import shutil
+import threading
 
+import pytest
 import yaml
 
 from kvtier.lab import demo, fabric, lab
@@ -63,3 +66,61 @@ def test_demo_table_flags_a_tier_whose_counter_did_not_move():
     assert [h.proven for h in hits] == [True, False, False]
     assert "NOT PROVEN" not in lines[1]
     assert all("NOT PROVEN" in line for line in lines[2:])
+
+
+class _DeadEngine(http.server.BaseHTTPRequestHandler):
+    """What vLLM's API server answers once its engine has died."""
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        self.send_response(500, "Internal Server Error")
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_failed_request_says_why_from_the_vllm_journal(monkeypatch):
+    server = http.server.HTTPServer(("127.0.0.1", 0), _DeadEngine)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    journal = ("INFO 12-03 07:48:22 [core.py:1] serving\n"
+               "ERROR 12-03 07:48:28 [multiproc_executor.py:315] Worker proc VllmWorker-0 died unexpectedly (exit code: -4)\n"
+               "ERROR 12-03 07:48:28 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\n")
+    monkeypatch.setattr(demo.sparks, "exec_", lambda host, *argv, **kw: journal)
+    config = demo.Lab(sparks={"spark01": "127.0.0.1"}, model="tiny", venv="/opt/venv", vllm_port=server.server_port,
+                      lmcache_http_port=8080, l2_adapter="resp", l2_host="127.0.0.1", l2_port=6379, l3_path="/srv/l3",
+                      admin_user="admin", admin_password="x" * 24)
+    try:
+        with pytest.raises(demo.DemoError) as failure:
+            demo.complete(config, "spark01", "a prompt")
+    finally:
+        server.shutdown()
+    message = str(failure.value)
+    assert message.startswith("spark01: vLLM answered 500 Internal Server Error: ")
+    assert "VllmWorker-0 died unexpectedly (exit code: -4)" in message and "EngineDeadError" in message
+    assert "serving" not in message
+
+
+def test_a_step_whose_engine_died_is_reported_and_run_once_more(monkeypatch):
+    ready, attempts, lines = [], [], []
+    monkeypatch.setattr(demo, "wait_ready", lambda lab, host, peers: ready.append(host))
+
+    def step(attempt):
+        attempts.append(attempt)
+        if attempt == 1:
+            raise demo.EngineFailed("spark02", "spark02: vLLM answered 500 Internal Server Error: Worker died (exit code: -4)")
+        return ["hit"]
+
+    assert demo.once_more_if_the_engine_died(step, lab=None, peers=1, out=lines.append) == ["hit"]
+    assert attempts == [1, 2] and ready == ["spark02"]
+    assert lines[0] == "  ! spark02: vLLM answered 500 Internal Server Error: Worker died (exit code: -4)"
+    assert "runs once more" in lines[1]
+
+
+def test_an_engine_that_dies_twice_fails_the_demonstration(monkeypatch):
+    monkeypatch.setattr(demo, "wait_ready", lambda lab, host, peers: None)
+
+    def step(attempt):
+        raise demo.EngineFailed("spark01", f"spark01: died on attempt {attempt}")
+
+    with pytest.raises(demo.EngineFailed, match="died on attempt 2"):
+        demo.once_more_if_the_engine_died(step, lab=None, peers=1, out=lambda line: None)
