@@ -7,20 +7,20 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 # Container scenarios (podman), then VM scenarios (QEMU/TCG), one at a time: on two cores, parallel TCG
-# guests and vLLM starts starve each other. `make test` runs the kv_store container scenarios, spark_serving
-# (two vLLM + LMCache Sparks, hits from all four tiers, ~28 min) and the storage safety gates (~12 min).
-# storage_node (~50 min under TCG) runs with `make test-vm`.
+# guests and vLLM starts starve each other. `make test` runs them all: the kv_store container scenarios,
+# spark_serving (two vLLM + LMCache Sparks, hits from all four tiers), the storage safety gates and
+# storage_node (RAID0 + XFS + NFS/RDMA between two VMs, reboot).
 CONTAINER_SCENARIOS ?= kv_store_redis kv_store_valkey kv_store_invalid spark_serving
-VM_SCENARIOS ?= storage_node nvme_raid_safety
-MOLECULE_SCENARIOS ?= $(CONTAINER_SCENARIOS) nvme_raid_safety
+VM_SCENARIOS ?= nvme_raid_safety storage_node
+MOLECULE_SCENARIOS ?= $(CONTAINER_SCENARIOS) $(VM_SCENARIOS)
 
 .PHONY: all bootstrap lab test test-serving test-vm lint unit molecule clean help
 
 help:
 	@echo "make lab   - provision the local lab with playbooks/site.yml and show the tiers working"
-	@echo "make test  - everything CI runs: lint, unit tests, kv_store and spark_serving container scenarios, the storage safety VM scenario"
-	@echo "make test-serving - spark_serving alone: two vLLM + LMCache Sparks, hits from every tier (~28 min)"
-	@echo "make test-vm - the QEMU/TCG VM scenarios: storage_node (RAID + NFS/RDMA + reboot, ~50 min), nvme_raid_safety"
+	@echo "make test  - everything CI runs: lint, unit tests, the container scenarios (kv_store, spark_serving) and the VM scenarios (storage)"
+	@echo "make test-serving - spark_serving alone: two vLLM + LMCache Sparks, hits from every tier (~16 min)"
+	@echo "make test-vm - the QEMU/TCG VM scenarios: nvme_raid_safety, storage_node (RAID + NFS/RDMA + reboot)"
 	@echo "make lint | unit | molecule SCENARIO=name | molecule MOLECULE_SCENARIOS='a b'  - narrower targets"
 
 bootstrap:
