@@ -113,9 +113,14 @@ def test_filling_past_maxmemory_evicts_instead_of_failing(hostvars, address):
     memory = lmcache.info("memory")
     assert int(stats["evicted_keys"]) > evicted_before
     assert int(memory["used_memory"]) <= maxmemory * 1.1
-    # The most recent keys survive (LRU), the oldest are gone.
+    # The last key written survives (eviction runs before each write); which older ones go is not asserted:
+    # the server's LRU clock has a 1 s resolution and the whole fill takes about that long, so keys of the
+    # same second are equally old to it (key 0 once outlived younger keys here).
     assert lmcache.exists(f"kvtier:test:fill:{keys - 1}") == 1
-    assert lmcache.exists("kvtier:test:fill:0") == 0
+    survivors = sum(lmcache.exists(*[f"kvtier:test:fill:{i}" for i in range(start, min(start + 256, keys))])
+                    for start in range(0, keys, 256))
+    assert 0 < survivors < keys
+    assert survivors * len(value) <= maxmemory * 1.1, f"{survivors} keys of 64 KiB are more than maxmemory allows"
 
 
 def test_nothing_survives_a_restart(host, hostvars, flavor, address):
