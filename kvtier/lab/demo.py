@@ -113,7 +113,7 @@ def complete(lab: Lab, host: str, prompt: str) -> int:
     except urllib.error.HTTPError as exc:
         message = f"{host}: vLLM answered {exc.code} {exc.reason}: {vllm_errors(host)}"
         raise (EngineFailed(host, message) if exc.code >= 500 else DemoError(message)) from exc
-    except (urllib.error.URLError, OSError) as exc:
+    except OSError as exc:  # URLError, a refused connection, a timeout
         raise DemoError(f"{host}: no answer from vLLM at {request.full_url}: {exc}") from exc
     return (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
 
