@@ -297,10 +297,7 @@ class VM:
         if self._proc is not None:
             self._proc.wait()
         elif pid:
-            try:  # reap it if this process happens to be its parent; otherwise its parent or init does
-                os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                pass
+            _reap_if_ours(pid, timeout)
         shutil.rmtree(self.dir, ignore_errors=True)
 
     @classmethod
@@ -308,6 +305,24 @@ class VM:
         root = root or state_root()
         names = sorted(os.listdir(root)) if os.path.isdir(root) else []
         return [cls(n, root) for n in names if os.path.exists(os.path.join(root, n, "vm.json"))]
+
+
+def _reap_if_ours(pid: int, timeout: float) -> None:
+    """Reap pid if this process is its parent (or subreaper); otherwise its parent or init does.
+
+    running() is already False while the kernel tears the process down (its cmdline reads empty before
+    it turns zombie), so a single non-blocking wait can come too early and leave a zombie behind.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if os.waitpid(pid, os.WNOHANG)[0] == pid:
+                return
+        except ChildProcessError:
+            return
+        if time.monotonic() >= deadline:
+            return
+        time.sleep(0.01)
 
 
 def _read_until(s: socket.socket, marker: bytes | None) -> bytes:
