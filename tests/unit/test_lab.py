@@ -110,7 +110,7 @@ def test_a_step_whose_engine_died_is_reported_and_run_once_more(monkeypatch):
             raise demo.EngineFailed("spark02", "spark02: vLLM answered 500 Internal Server Error: Worker died (exit code: -4)")
         return ["hit"]
 
-    assert demo.once_more_if_the_engine_died(step, lab=None, peers=1, out=lines.append) == ["hit"]
+    assert demo.once_more(step, lab=None, peers=1, out=lines.append) == ["hit"]
     assert attempts == [1, 2] and ready == ["spark02"]
     assert lines[0] == "  ! spark02: vLLM answered 500 Internal Server Error: Worker died (exit code: -4)"
     assert "runs once more" in lines[1]
@@ -123,4 +123,43 @@ def test_an_engine_that_dies_twice_fails_the_demonstration(monkeypatch):
         raise demo.EngineFailed("spark01", f"spark01: died on attempt {attempt}")
 
     with pytest.raises(demo.EngineFailed, match="died on attempt 2"):
-        demo.once_more_if_the_engine_died(step, lab=None, peers=1, out=lambda line: None)
+        demo.once_more(step, lab=None, peers=1, out=lambda line: None)
+
+
+def _p2p_hit(attempt, tokens, delta, why=""):
+    return demo.Hit("L1 P2P from spark02", "spark01", tokens, "l2_name=p2p loads", delta, attempt, why)
+
+
+def test_a_p2p_miss_is_shown_with_what_lmcache_said_and_tried_once_more():
+    lines = []
+    why = "spark01 sees P2P registered, peers spark02; spark01 LMCache: WARNING: P2P lookup submit timed out"
+
+    def step(attempt):
+        return _p2p_hit(1, 0, 0, why) if attempt == 1 else _p2p_hit(2, 1632, 1)
+
+    hit = demo.once_more(step, lab=None, peers=1, out=lines.append, retry_miss=True)
+    assert (hit.attempt, hit.cached_tokens, hit.proven) == (2, 1632, True)
+    assert lines[0] == ("  ! spark01: L1 P2P from spark02 not proven (0 cached tokens, l2_name=p2p loads moved by 0): "
+                        + why)  # fmt: skip
+    assert lines[1] == "  ! spark01: once more with a new prompt"
+    assert demo.table([hit])[1].endswith("1   (attempt 2)")
+
+
+def test_a_p2p_miss_twice_stays_not_proven_and_the_table_says_why():
+    hits = iter([_p2p_hit(1, 0, 0, "first"), _p2p_hit(2, 0, 0, "spark01 sees P2P registered, peers none")])
+    hit = demo.once_more(lambda attempt: next(hits), lab=None, peers=1, out=lambda line: None, retry_miss=True)
+    assert not hit.proven
+    rows = demo.table([hit])
+    assert rows[1].endswith("<- NOT PROVEN")
+    assert rows[2] == "  spark01 L1 P2P from spark02: spark01 sees P2P registered, peers none"
+
+
+def test_a_local_tier_that_is_not_proven_is_not_retried():
+    calls = []
+
+    def step(attempt):
+        calls.append(attempt)
+        return [_p2p_hit(attempt, 0, 0)]
+
+    assert not demo.once_more(step, lab=None, peers=1, out=lambda line: None)[0].proven
+    assert calls == [1]
