@@ -123,11 +123,15 @@ def complete(lab: Lab, host: str, prompt: str) -> int:
     return (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
 
 
+def _journal(host: str, unit: str, *selection: str) -> str:
+    """A unit's journal inside the Spark's container, message text only."""
+    return sparks.exec_(host, "journalctl", "--unit", unit, *selection, "--output", "cat", "--no-pager")
+
+
 def vllm_errors(host: str, keep: int = 3) -> str:
     """The last lines of the vLLM unit's journal that say why a request failed."""
     try:
-        log = sparks.exec_(host, "journalctl", "--unit", "kvtier-vllm.service", "--lines", "500", "--output", "cat",
-                           "--no-pager")  # fmt: skip
+        log = _journal(host, "kvtier-vllm.service", "--lines", "500")
     except fabric.FabricError as exc:
         return f"its journal could not be read ({exc})"
     errors = [line.strip() for line in log.splitlines() if "ERROR " in line and ("died" in line or "Error:" in line)]
@@ -158,8 +162,7 @@ def lmcache_warnings(host: str, since: float, keep: int = 4) -> list:
     """LMCache's own warnings and errors since `since` (epoch seconds): a peer lookup that timed out or a
     transfer that failed is only said there; the request itself just reports fewer cached tokens."""
     try:
-        log = sparks.exec_(host, "journalctl", "--unit", "kvtier-lmcache.service", "--since", f"@{since:.0f}",
-                           "--output", "cat", "--no-pager")  # fmt: skip
+        log = _journal(host, "kvtier-lmcache.service", "--since", f"@{since:.0f}")
     except fabric.FabricError as exc:
         return [f"its journal could not be read ({exc})"]
     said = []

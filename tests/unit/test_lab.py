@@ -163,3 +163,22 @@ def test_a_local_tier_that_is_not_proven_is_not_retried():
 
     assert not demo.once_more(step, lab=None, peers=1, out=lambda line: None)[0].proven
     assert calls == [1]
+
+
+def test_lmcache_warnings_are_read_from_the_journal_without_colours_or_source_locations(monkeypatch):
+    journal = (
+        "\x1b[32;20m[2026-12-03 10:17:07,304] LMCache INFO:\x1b[0m P2P lookup submitted: task_id=0 "
+        "\x1b[3m(p2p_controller.py:309:lmcache.v1.multiprocess.modules.p2p_controller)\x1b[0m\n"
+        "\x1b[33;20m[2026-12-03 10:22:26,995] LMCache WARNING:\x1b[0m P2P lookup submit to tcp://10.213.7.22:5555 "
+        "timed out; treating as a miss \x1b[3m(p2p_l2_adapter.py:234:lmcache.v1.distributed.l2_adapters.p2p_l2_adapter)\x1b[0m\n"
+        "[2026-12-03 10:22:27,001] LMCache ERROR: transfer failed (nixl_impl.py:150:lmcache.v1.distributed)\n"
+    )
+    calls = []
+    monkeypatch.setattr(demo.sparks, "exec_", lambda host, *argv, **kw: calls.append((host, argv)) or journal)
+    assert demo.lmcache_warnings("spark01", since=1764757000.4) == [
+        "WARNING: P2P lookup submit to tcp://10.213.7.22:5555 timed out; treating as a miss",
+        "ERROR: transfer failed",
+    ]
+    assert calls == [("spark01", ("journalctl", "--unit", "kvtier-lmcache.service", "--since", "@1764757000",
+                                  "--output", "cat", "--no-pager"))]  # fmt: skip
+    assert demo.lmcache_warnings("spark01", since=0, keep=1) == ["ERROR: transfer failed"]
