@@ -13,6 +13,8 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 CONTAINER_SCENARIOS ?= kv_store_redis kv_store_valkey kv_store_invalid spark_serving
 VM_SCENARIOS ?= nvme_raid_safety storage_node
 MOLECULE_SCENARIOS ?= $(CONTAINER_SCENARIOS) $(VM_SCENARIOS)
+# Each scenario's full output is kept here; a failure also prints its failed tasks last.
+LOG_DIR ?= $(CURDIR)/.cache/logs
 
 .PHONY: all bootstrap lab test test-serving test-vm lint unit molecule clean help
 
@@ -49,9 +51,12 @@ molecule:
 ifdef SCENARIO
 	molecule test -s $(SCENARIO)
 else
-	@set -e; for s in $(MOLECULE_SCENARIOS); do \
-	  echo "==> molecule test -s $$s"; start=$$(date +%s); \
-	  molecule test -s $$s; \
+	@set -eo pipefail; mkdir -p $(LOG_DIR); for s in $(MOLECULE_SCENARIOS); do \
+	  echo "==> molecule test -s $$s (log: $(LOG_DIR)/$$s.log)"; start=$$(date +%s); \
+	  if ! molecule test -s $$s 2>&1 | tee $(LOG_DIR)/$$s.log; then \
+	    echo "==> $$s FAILED after $$(( $$(date +%s) - start )) s; the tasks that failed:"; \
+	    awk -f scripts/failed-tasks.awk $(LOG_DIR)/$$s.log; exit 1; \
+	  fi; \
 	  echo "==> $$s passed in $$(( $$(date +%s) - start )) s"; \
 	done
 endif
