@@ -6,22 +6,22 @@ VENV ?= $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-# Container scenarios (podman), then VM scenarios (QEMU/TCG), one at a time: on two cores, parallel TCG
-# guests and vLLM starts starve each other. `make test` runs them all: the kv_store container scenarios,
-# spark_serving (two vLLM + LMCache Sparks, hits from all four tiers), the storage safety gates and
-# storage_node (RAID0 + XFS + NFS/RDMA between two VMs, reboot).
-CONTAINER_SCENARIOS ?= kv_store_redis kv_store_valkey kv_store_invalid spark_serving
+# Role scenarios: container ones (podman), then VM ones (QEMU/TCG), one at a time: on two cores, parallel
+# TCG guests and vLLM starts starve each other. Then the one serving cluster of the suite, the lab
+# (`kvtier lab test`): site.yml, site.yml again with nothing changed, the tier proof and every other check
+# that needs a serving cluster, each a named stage, then `lab down`.
+CONTAINER_SCENARIOS ?= kv_store_redis kv_store_valkey kv_store_invalid
 VM_SCENARIOS ?= nvme_raid_safety storage_node
 MOLECULE_SCENARIOS ?= $(CONTAINER_SCENARIOS) $(VM_SCENARIOS)
 # Each scenario's full output is kept here; a failure also prints its failed tasks last.
 LOG_DIR ?= $(CURDIR)/.cache/logs
 
-.PHONY: all bootstrap lab test test-serving test-vm lint unit molecule clean help
+.PHONY: all bootstrap lab test test-lab test-vm lint unit molecule lab-test clean help
 
 help:
 	@echo "make lab   - provision the local lab with playbooks/site.yml and show the tiers working"
-	@echo "make test  - everything CI runs: lint, unit tests, the container scenarios (kv_store, spark_serving) and the VM scenarios (storage)"
-	@echo "make test-serving - spark_serving alone: two vLLM + LMCache Sparks, hits from every tier (~16 min)"
+	@echo "make test  - everything CI runs: lint, unit tests, the role scenarios (kv_store, storage VMs), then the lab cluster's stages"
+	@echo "make test-lab - the lab cluster's stages alone (kvtier lab test): site.yml twice, tier proof, idle CPU, lab down"
 	@echo "make test-vm - the QEMU/TCG VM scenarios: nvme_raid_safety, storage_node (RAID + NFS/RDMA + reboot)"
 	@echo "make lint | unit | molecule SCENARIO=name | molecule MOLECULE_SCENARIOS='a b'  - narrower targets"
 
@@ -32,10 +32,17 @@ lab: bootstrap
 	kvtier lab up
 
 test: bootstrap
-	$(MAKE) lint unit molecule
+	@set -eo pipefail; start=$$(date +%s); mkdir -p $(LOG_DIR); rm -f $(LOG_DIR)/.times; \
+	for target in lint unit molecule lab-test; do \
+	  t=$$(date +%s); $(MAKE) --no-print-directory $$target; echo "$$target $$(( $$(date +%s) - t ))" >> $(LOG_DIR)/.times; \
+	done; \
+	echo "==> make test passed in $$(( $$(date +%s) - start )) s:"; sed 's/^/    /; s/$$/ s/' $(LOG_DIR)/.times; rm -f $(LOG_DIR)/.times
 
-test-serving: bootstrap
-	$(MAKE) molecule MOLECULE_SCENARIOS=spark_serving
+test-lab: bootstrap
+	$(MAKE) lab-test
+
+lab-test:
+	@set -o pipefail; mkdir -p $(LOG_DIR); kvtier lab test 2>&1 | tee $(LOG_DIR)/lab.log
 
 test-vm: bootstrap
 	$(MAKE) molecule MOLECULE_SCENARIOS="$(VM_SCENARIOS)"

@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from kvtier import __version__, images, model, wheelhouse
+from kvtier.proof import cli as proof_cli
 from kvtier.vm import cli as vm_cli
 
 
@@ -24,7 +25,9 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     from kvtier.lab import lab  # imports ansible-runner; keep `kvtier images` light
 
     if args.action == "up":
-        return lab.up(check=args.check)
+        return lab.up(check=args.check, provision=args.provision)
+    if args.action == "test":
+        return lab.test(keep=args.keep)
     return {"down": lab.down, "status": lab.status}[args.action]()
 
 
@@ -43,10 +46,12 @@ def build_parser() -> argparse.ArgumentParser:
     vm_cli.register(sub)
     model.register(sub)
     wheelhouse.register(sub)
+    proof_cli.register(sub)
 
     lab_parser = sub.add_parser("lab", help="the whole cluster on this machine (podman + QEMU)")
     lab_sub = lab_parser.add_subparsers(dest="lab_command", required=True)
     for name, text in (("up", "build the lab, provision it with playbooks/site.yml, show the tiers working"),
+                       ("test", "the test command's cluster fixture: a fresh lab, every cluster check as a stage, lab down"),
                        ("down", "remove everything the lab created"),
                        ("status", "list the lab's hosts")):
         action = lab_sub.add_parser(name, help=text)
@@ -54,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "up":
             action.add_argument("--check", action="store_true",
                                 help="bring up the hosts and only show what site.yml would change (--check --diff)")
+            action.add_argument("--provision", action="store_true",
+                                help="run site.yml even when the hosts and its inputs are unchanged since its last good run")
+        if name == "test":
+            action.add_argument("--keep", action="store_true", help="leave the lab up at the end (to look into a failure)")
     return parser
 
 

@@ -26,6 +26,7 @@ from kvtier.cluster.spec import VALKEY_SWAPPED_CREDENTIALS, ClusterSpec, NodeSpe
 GIB = 1 << 30
 LMCACHE_HTTP_HOST = "127.0.0.1"  # the admin API has no authentication: loopback only
 VALKEY_ADAPTER_ENV = "KVTIER_L2_ADAPTER_JSON"
+NIXL_PROGRESS_ENV = "KVTIER_NIXL_PROGRESS_DELAY_US"
 _TELEMETRY_OFF = {"DO_NOT_TRACK": "1", "LMCACHE_TRACK_USAGE": "false"}
 
 
@@ -148,6 +149,9 @@ def lmcache_server(spec: ClusterSpec, node_name: str, l2_password: str | None = 
             env["UCX_NET_DEVICES"] = node.ucx_net_devices
         if p2p.ucx_tls and p2p.transfer_engine == "nixl":
             env["UCX_TLS"] = p2p.ucx_tls
+        if p2p.nixl_progress_delay_us and p2p.transfer_engine == "nixl":
+            # Read by the kvtier_nixl_progress hook that the vllm_lmcache role installs into the venv.
+            env[NIXL_PROGRESS_ENV] = str(p2p.nixl_progress_delay_us)
     argv += list(lmc.extra_server_args)
     if spec.l2 is not None and len(l2_password) >= 8 and any(l2_password in arg for arg in argv):
         raise RenderError("internal error: the L2 password ended up in the LMCache server's argv")

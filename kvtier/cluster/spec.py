@@ -102,7 +102,8 @@ _LMCACHE_KEYS = ("chunk_size", "hash_algorithm", "python_hash_seed", "l0_dram_gi
 _L2_KEYS = ("adapter", "host", "port", "user", "password_var", "num_workers", "tls_enable",
             "valkey_password_in_argv")
 _L3_KEYS = ("adapter", "path", "nixl_backend", "use_direct_io", "max_capacity_gb")
-_P2P_KEYS = ("coordinator", "advertise_port", "transfer_engine", "transfer_package", "heartbeat_interval", "ucx_tls")
+_P2P_KEYS = ("coordinator", "advertise_port", "transfer_engine", "transfer_package", "heartbeat_interval", "ucx_tls",
+             "nixl_progress_delay_us")
 _COORDINATOR_KEYS = ("node", "address", "port")
 _PORT_KEYS = ("vllm_http", "lmcache_zmq", "lmcache_http", "lmcache_metrics")
 _MEMORY_KEYS = ("unified_gib", "os_reserve_gib", "runtime_overhead_gib")
@@ -230,6 +231,10 @@ class P2PSpec:
     # UCX_TLS for the nixl engine; None lets UCX choose (RC over RoCE on Sparks). Containers need "tcp":
     # UCX sees one kernel and picks CMA, which cannot cross PID namespaces.
     ucx_tls: str | None = None
+    # How long NIXL's UCX progress thread may sleep between polls when nothing wakes it (microseconds).
+    # nixl 1.5.x's Python API hard-codes 0: the thread never sleeps and keeps a core busy on an idle node.
+    # Transfers still wake it at once (it waits on the UCX worker's event descriptor); 0 keeps NIXL's own.
+    nixl_progress_delay_us: int = 10000
 
 
 @dataclass(frozen=True)
@@ -507,6 +512,8 @@ def _parse_p2p(r: Reader, raw_nodes) -> P2PSpec:
         transfer_package=package,
         heartbeat_interval=r.number("heartbeat_interval", 5.0),
         ucx_tls=r.string("ucx_tls", None, what="a UCX_TLS value such as tcp"),
+        nixl_progress_delay_us=r.integer("nixl_progress_delay_us", 10000, what="microseconds (0: NIXL's busy poll)",
+                                         minimum=0, maximum=1_000_000),
     )
 
 

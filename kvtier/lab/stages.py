@@ -1,0 +1,56 @@
+"""Named, timed stages of a lab run, with a closing table: what ran, how long it took, what it showed."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+
+class StageFailed(Exception):
+    """A stage's check did not hold; the message says what was seen."""
+
+
+@dataclasses.dataclass
+class Stage:
+    name: str
+    seconds: float = 0.0
+    status: str = "ok"  # ok, FAILED, skipped
+    note: str = ""
+
+
+class Stages:
+    def __init__(self, out=print):
+        self.out = out
+        self.done: list = []
+        self.started = time.monotonic()
+
+    def run(self, name: str, step, *args, **kwargs):
+        """Run step(*args, **kwargs) as the stage `name`; its return value, if a str, is the stage's note.
+        A StageFailed (or any other exception) marks the stage FAILED and is raised again."""
+        self.out(f"\n==> {name}")
+        stage = Stage(name)
+        self.done.append(stage)
+        began = time.monotonic()
+        try:
+            note = step(*args, **kwargs)
+            stage.note = note if isinstance(note, str) else ""
+            return note
+        except BaseException as exc:
+            stage.status, stage.note = "FAILED", str(exc).splitlines()[0][:160] if str(exc) else type(exc).__name__
+            raise
+        finally:
+            stage.seconds = time.monotonic() - began
+
+    def skip(self, name: str, why: str) -> None:
+        self.out(f"\n==> {name}: skipped, {why}")
+        self.done.append(Stage(name, status="skipped", note=why))
+
+    @property
+    def ok(self) -> bool:
+        return all(s.status != "FAILED" for s in self.done)
+
+    def report(self, title: str) -> None:
+        total = time.monotonic() - self.started
+        self.out(f"\n{title}: {'passed' if self.ok else 'FAILED'} in {total:.0f} s")
+        for s in self.done:
+            self.out(f"  {s.name:<34} {s.status:<8} {s.seconds:>6.0f} s  {s.note}")

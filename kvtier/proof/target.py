@@ -1,0 +1,77 @@
+"""What the tier proof needs to know about a running cluster, read from the inventory that provisioned it.
+
+The cluster spec (`kvtier_cluster` plus each Spark's node variables) is assembled and validated by the same
+code the roles render from, so the proof talks to the ports, model and tiers the cluster really has.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from kvtier.cluster import cluster_from_hostvars, load_spec
+from kvtier.cluster.spec import NODE_KEYS, ClusterSpec, SpecError
+from kvtier.inventory import Inventory, InventoryError
+from kvtier.proof import nodes
+
+SPARK_GROUP = "spark"
+STORAGE_GROUP = "storage"
+# The systemd units the vllm_lmcache role installs (roles/vllm_lmcache/vars/main.yml).
+UNITS = {"lmcache": "kvtier-lmcache.service", "vllm": "kvtier-vllm.service"}
+_CONNECTION_VARS = ("ansible_connection", "ansible_host", "ansible_user", "ansible_port", "ansible_become",
+                    "ansible_ssh_private_key_file", "ansible_private_key_file", "ansible_ssh_common_args",
+                    "ansible_ssh_extra_args")  # fmt: skip
+
+
+class TargetError(Exception):
+    pass
+
+
+@dataclasses.dataclass
+class Target:
+    spec: ClusterSpec
+    nodes: dict  # Spark name -> nodes.Node
+    # The L2 admin account (FLUSHALL for the proof of L3 and P2P); None when the inventory has no password.
+    l2_admin_user: str | None = None
+    l2_admin_password: str | None = dataclasses.field(default=None, repr=False)
+    units: dict = dataclasses.field(default_factory=lambda: dict(UNITS))
+
+    @property
+    def model(self) -> str:
+        return self.spec.model.served_name
+
+    def vllm_url(self, host: str) -> str:
+        return f"http://127.0.0.1:{self.spec.node(host).ports.vllm_http}"
+
+    def lmcache_url(self, host: str) -> str:
+        return f"http://127.0.0.1:{self.spec.node(host).ports.lmcache_http}"
+
+    @property
+    def l2_name(self) -> str | None:
+        """The l2_name label of the L2 tier in LMCache's counters (its adapter type)."""
+        return self.spec.l2.adapter if self.spec.l2 is not None else None
+
+    @property
+    def l3_name(self) -> str | None:
+        return self.spec.l3.adapter if self.spec.l3 is not None else None
+
+
+def from_inventory(inventory: Inventory) -> Target:
+    """The Target for the Sparks of an inventory (group `spark`), reached as Ansible reaches them."""
+    sparks = inventory.group(SPARK_GROUP)
+    if not sparks:
+        raise TargetError(f"inventory {inventory.path} has no hosts in the group {SPARK_GROUP!r}")
+    wanted = ("kvtier_cluster", *(f"kvtier_{k}" for k in NODE_KEYS), *_CONNECTION_VARS)
+    try:
+        hostvars = {host: inventory.hostvars(host, *wanted) for host in sparks}
+        spec = load_spec(cluster_from_hostvars(hostvars[sparks[0]].get("kvtier_cluster"), hostvars, sparks))
+        storage = inventory.group(STORAGE_GROUP)
+        admin = inventory.hostvars(storage[0] if storage else sparks[0], "kv_store_admin_user",
+                                   "kv_store_admin_password")  # fmt: skip
+    except (InventoryError, SpecError) as exc:
+        raise TargetError(str(exc)) from None
+    return Target(
+        spec=spec,
+        nodes={host: nodes.from_hostvars(host, hostvars[host]) for host in sparks},
+        l2_admin_user=admin.get("kv_store_admin_user", "kvtier-admin"),
+        l2_admin_password=admin.get("kv_store_admin_password"),
+    )
