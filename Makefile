@@ -10,7 +10,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # TCG guests and vLLM starts starve each other. Then the one serving cluster of the suite, the lab
 # (`kvtier lab test`): site.yml, site.yml again with nothing changed, the tier proof and every other check
 # that needs a serving cluster, each a named stage, then `lab down`.
-CONTAINER_SCENARIOS ?= kv_store_redis kv_store_valkey kv_store_invalid
+CONTAINER_SCENARIOS ?= kv_store_valkey kv_store_invalid
 VM_SCENARIOS ?= nvme_raid_safety
 MOLECULE_SCENARIOS ?= $(CONTAINER_SCENARIOS) $(VM_SCENARIOS)
 # Each scenario's full output is kept here; a failure also prints its failed tasks last.
