@@ -45,6 +45,8 @@ class ImageRecipe:
 RECIPES = {
     "debian12": ImageRecipe("localhost/kvtier-debian:12", "bookworm"),
     "debian13": ImageRecipe("localhost/kvtier-debian:13", "trixie"),
+    # The lab's Sparks are reached over SSH, as real Sparks are (and with pipelining: a task is one round trip).
+    "spark": ImageRecipe("localhost/kvtier-spark:12", "bookworm", BASE_PACKAGES + ("openssh-server",)),
 }
 
 

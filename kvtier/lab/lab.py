@@ -44,10 +44,12 @@ STORAGE_DATA_NIC = "ens16"
 # What site.yml reads: a change to any of these makes `lab up` provision again.
 PROVISIONING_INPUTS = ("ansible.cfg", "playbooks", "roles", "library", "module_utils", "filter_plugins",
                        "inventory/lab/group_vars", "kvtier/cluster", "kvtier/probes", "kvtier/preflight")
-# An idle Spark's kvtier services (LMCache server, coordinator, vLLM), measured over IDLE_SECONDS, must stay
-# under IDLE_LIMIT_PERCENT of one core: a busy-polling thread there takes the core that requests need.
+# An idle Spark's kvtier services (LMCache server, coordinator, vLLM) are measured over IDLE_SECONDS. The aim is
+# under 5 % of one core (about 3.5 % measured here); the stage fails at IDLE_LIMIT_PERCENT, which a busy-polling
+# thread (~100 %) crosses on any machine and a slower machine's honest idle does not.
 IDLE_SECONDS = 60.0
-IDLE_LIMIT_PERCENT = 5.0
+IDLE_AIM_PERCENT = 5.0
+IDLE_LIMIT_PERCENT = 25.0
 _CPU_PROBE = inspect.getsource(cpu_probe)
 _LAB_ERRORS = (StageFailed, fabric.FabricError, host.VMError, wheelhouse.WheelhouseError, tiers.ProofError,
                nodes.NodeError, target.TargetError, InventoryError)
@@ -80,11 +82,12 @@ def inventory(vm: host.VM) -> dict:
         "roce_address": f"{STORAGE_DATA_ADDRESS}/{prefix}",
         "nvme_raid_serials": STORAGE_SERIALS,
     }
+    # The Sparks: SSH at their lab address with the same key, as Ansible reaches real Sparks.
     spark_hosts = {
-        name: {"ansible_connection": "containers.podman.podman", "ansible_host": sparks.container(name),
-               "kvtier_data_address": address}  # fmt: skip
+        name: {"ansible_host": address, "ansible_user": "root", "ansible_ssh_private_key_file": ssh["identity_file"],
+               "ansible_ssh_common_args": storage["ansible_ssh_common_args"], "kvtier_data_address": address}
         for name, address in SPARKS.items()
-    }
+    }  # fmt: skip
     return {
         "all": {
             "children": {"storage": {"hosts": {STORAGE: storage}}, "spark": {"hosts": spark_hosts}},
@@ -162,11 +165,12 @@ def _provisioned_digest() -> str | None:
 
 
 def _hosts(out, created: list) -> str:
-    images.build(images.RECIPES["debian12"], log=lambda m: out("  " + m))
+    images.build(images.RECIPES["spark"], log=lambda m: out("  " + m))
     wheelhouse.build(str(WHEELHOUSE), log=lambda m: out("  " + m))
+    key = image.build(log=lambda m: out("  " + m)).key  # the VM image's key is the lab's key for every host
     fabric.ensure_network()
     for name, address in SPARKS.items():
-        if sparks.start(name, address):
+        if sparks.start(name, address, key + ".pub"):
             created.append(name)
         out(f"  {name}: container {sparks.container(name)} at {address} "
             f"({'started' if name in created else 'already running'})")  # fmt: skip
@@ -175,6 +179,9 @@ def _hosts(out, created: list) -> str:
     vm, started = start_storage_vm(out)
     if started:
         created.append(STORAGE)
+    for name, address in SPARKS.items():
+        seconds = sparks.wait_ssh(name, address, key)
+        out(f"  {name}: SSH at {address} ({seconds:.0f} s)")
     write_inventory(vm)
     return f"{len(created)} of {len(SPARKS) + 1} hosts created"
 
@@ -227,7 +234,9 @@ def _idle(out, seconds: float = IDLE_SECONDS) -> str:
     busy = {h: v for h, v in shares.items() if v >= IDLE_LIMIT_PERCENT}
     if busy:
         raise StageFailed("idle Sparks busy: " + ", ".join(f"{h} {v:.0f} % of a core" for h, v in busy.items()))
-    return ", ".join(f"{h} {v:.1f} %" for h, v in shares.items()) + " of one core"
+    over = [h for h, v in shares.items() if v >= IDLE_AIM_PERCENT]
+    return (", ".join(f"{h} {v:.1f} %" for h, v in shares.items()) + " of one core"
+            + (f" (over the {IDLE_AIM_PERCENT:.0f} % aim: {', '.join(over)})" if over else ""))
 
 
 def _lookup_timeouts(out, since: float) -> str:
@@ -285,7 +294,7 @@ def up(out=print, check: bool = False, provision: bool = False) -> int:
     _differences(out)
     stages.report("kvtier lab up" + (" --check" if check else ""))
     out(f"  peak memory taken by the lab {peak / 2**30:.1f} GiB. Inventory: {INVENTORY.relative_to(REPO)}; "
-        f"`kvtier vm ssh {STORAGE}`, `podman exec -it {sparks.container('spark01')} bash`; "
+        f"`kvtier vm ssh {STORAGE}`; the Sparks take `ssh root@{SPARKS['spark01']}` with the key named there; "
         f"remove everything with `kvtier lab down`.")
     return 0 if stages.ok else 1
 
@@ -294,10 +303,11 @@ def test(out=print, keep: bool = False) -> int:
     """The test command's cluster fixture: a fresh lab, then every check that needs a serving cluster as a
     named stage, then `lab down` with nothing left (unless keep)."""
     stages = Stages(out)
-    memory = MemoryWatch()
     began = time.time()
+    memory = None
     try:
         stages.run("lab down (start from nothing)", _down_stage, out)
+        memory = MemoryWatch()  # from nothing: the baseline is the machine without a lab
         stages.run("hosts: images, wheels, Spark containers, storage VM", _hosts, out, [])
         stages.run("site.yml --check --diff (fresh hosts)", _site, out, check=True)
         stages.run("site.yml", _site, out)
@@ -312,7 +322,7 @@ def test(out=print, keep: bool = False) -> int:
     except _LAB_ERRORS as exc:
         out(f"\n  {exc}")
     finally:
-        peak = memory.stop()
+        peak = memory.stop() if memory else 0
         if not keep:
             try:
                 stages.run("lab down (nothing left)", _down_stage, out)

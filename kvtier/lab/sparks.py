@@ -2,6 +2,8 @@
 
 A container cannot mount NFS here (no RDMA, no privileges for it), so the L3 tier of the lab Sparks is a
 podman volume mounted at the same path in each: the same `fs` adapter and files, but not the NVMe pool.
+Ansible and the tier proof reach them over SSH at their lab address, as they reach real Sparks; the lab's
+key (the one of its VM image) is their root's authorized key.
 """
 
 from __future__ import annotations
@@ -10,10 +12,12 @@ import json
 import subprocess
 import time
 
+from kvtier.vm.host import SSH_OPTS
+
 from kvtier import images
 from kvtier.lab import fabric
 
-IMAGE = images.RECIPES["debian12"].name
+IMAGE = images.RECIPES["spark"].name
 VOLUME = "kvtier-lab-l3"
 L3_MOUNT = "/srv/kvtier-l3"
 # vLLM needs more than podman's default 64 MiB of /dev/shm (160 MiB measured).
@@ -43,8 +47,9 @@ def state(host: str) -> str | None:
     return status
 
 
-def start(host: str, address: str) -> bool:
-    """Run the container for `host` at `address`; False when it was already running."""
+def start(host: str, address: str, public_key: str) -> bool:
+    """Run the container for `host` at `address`, with `public_key` (a file) as root's authorized key;
+    False when it was already running."""
     current = state(host)
     if current == "running":
         return False
@@ -52,16 +57,25 @@ def start(host: str, address: str) -> bool:
         _podman("rm", "--force", "--time", "10", container(host))
     _podman("run", "--detach", "--name", container(host), "--hostname", host, "--label", fabric.LABEL,
             "--network", fabric.NETWORK, "--ip", address, "--shm-size", SHM_SIZE, "--systemd", "always",
-            "--volume", f"{VOLUME}:{L3_MOUNT}:rw", IMAGE, "/sbin/init")  # fmt: skip
+            "--volume", f"{VOLUME}:{L3_MOUNT}:rw", "--volume", f"{public_key}:/root/.ssh/authorized_keys:ro",
+            IMAGE, "/sbin/init")  # fmt: skip
     return True
 
 
-def exec_(host: str, *argv: str, stdin: str | None = None, timeout: float = 600) -> str:
-    proc = subprocess.run(["podman", "exec", "-i", container(host), *argv], input=stdin, capture_output=True,
-                          text=True, timeout=timeout)  # fmt: skip
-    if proc.returncode != 0:
-        raise fabric.FabricError(f"{host}: {' '.join(argv)}: {proc.stderr.strip()[-2000:]}")
-    return proc.stdout
+def ssh_args(address: str, key: str) -> list:
+    return ["ssh", "-i", key, *SSH_OPTS, f"root@{address}"]
+
+
+def wait_ssh(host: str, address: str, key: str, timeout: float = 180) -> float:
+    """Seconds until the container's sshd lets the lab key in; FabricError after `timeout`."""
+    started = time.monotonic()
+    while True:
+        proc = subprocess.run([*ssh_args(address, key), "true"], capture_output=True, text=True)
+        if proc.returncode == 0:
+            return time.monotonic() - started
+        if time.monotonic() - started > timeout:
+            raise fabric.FabricError(f"{host}: no SSH at {address} after {timeout:.0f} s: {proc.stderr.strip()}")
+        time.sleep(1)
 
 
 def lab_containers() -> list[str]:

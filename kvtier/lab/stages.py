@@ -53,4 +53,4 @@ class Stages:
         total = time.monotonic() - self.started
         self.out(f"\n{title}: {'passed' if self.ok else 'FAILED'} in {total:.0f} s")
         for s in self.done:
-            self.out(f"  {s.name:<34} {s.status:<8} {s.seconds:>6.0f} s  {s.note}")
+            self.out(f"  {s.name:<52} {s.status:<7} {s.seconds:>5.0f} s  {s.note}")

@@ -6,7 +6,7 @@ import shutil
 import pytest
 import yaml
 
-from kvtier.lab import fabric, lab, sparks
+from kvtier.lab import fabric, lab
 from kvtier.lab.stages import StageFailed, Stages
 from tests.unit.test_preflight_playbook import run_preflight
 
@@ -56,7 +56,9 @@ def test_the_proof_reads_the_lab_from_its_inventory_like_any_cluster(tmp_path, m
     assert t.vllm_url("spark01") == f"http://127.0.0.1:{cluster['ports']['vllm_http']}"
     assert t.spec.l3.path == cluster["l3"]["path"] and t.l2_name == cluster["l2"]["adapter"]
     assert t.l2_admin_password == lab._secrets()["kv_store_admin_password"]
-    assert t.nodes["spark02"].argv("true") == ["podman", "exec", "-i", sparks.container("spark02"), "true"]
+    argv = t.nodes["spark02"].argv("true")  # over SSH, as Ansible reaches it
+    assert argv[0] == "ssh" and argv[-2:] == [f"root@{lab.SPARKS['spark02']}", "true"]
+    assert argv[argv.index("-i") + 1] == FakeVM().instance_config()["identity_file"]
 
 
 def test_site_yml_runs_again_only_when_its_inputs_changed(tmp_path, monkeypatch):
