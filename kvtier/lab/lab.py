@@ -293,7 +293,7 @@ def up(out=print, check: bool = False, provision: bool = False) -> int:
         peak = memory.stop()
     _differences(out)
     stages.report("kvtier lab up" + (" --check" if check else ""))
-    out(f"  peak memory taken by the lab {peak / 2**30:.1f} GiB. Inventory: {INVENTORY.relative_to(REPO)}; "
+    out(f"  peak memory taken during this run {peak / 2**30:.1f} GiB. Inventory: {INVENTORY.relative_to(REPO)}; "
         f"`kvtier vm ssh {STORAGE}`; the Sparks take `ssh root@{SPARKS['spark01']}` with the key named there; "
         f"remove everything with `kvtier lab down`.")
     return 0 if stages.ok else 1

@@ -13,7 +13,8 @@ def _cmd_prove(args: argparse.Namespace) -> int:
     from kvtier.inventory import Inventory, InventoryError
     from kvtier.proof.target import TargetError, from_inventory
 
-    wanted = args.tier or list(tiers.TIERS)
+    # Without leave to disturb, the default is what never disturbs: L0.
+    wanted = args.tier or (list(tiers.TIERS) if args.disruptive else ["l0"])
     refusals = tiers.refused(wanted, args.disruptive)
     if refusals:
         for line in refusals:
@@ -43,7 +44,7 @@ def register(sub) -> None:
                             description=tiers.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("-i", "--inventory", required=True, help="the inventory the cluster was provisioned with")
     parser.add_argument("--tier", action="append", choices=tiers.TIERS,
-                        help="a tier to prove (repeat for several; default: every tier the cluster has)")
+                        help="a tier to prove (repeat for several; default: l0, or with --disruptive every tier the cluster has)")
     parser.add_argument("--host", action="append", help="a Spark to prove on (repeat; default: every Spark)")
     parser.add_argument("--disruptive", action="store_true",
                         help="allow the steps that disturb a serving cluster: " + "; ".join(

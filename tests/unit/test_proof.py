@@ -194,6 +194,27 @@ def test_kvtier_prove_refuses_a_disruptive_tier_before_reading_anything(capsys):
     assert "refused: proving L3 NVMe pool" in err and "/nonexistent" not in err
 
 
+def test_kvtier_prove_without_leave_to_disturb_proves_l0_only(monkeypatch, capsys):
+    asked = []
+
+    class Recorder:
+        def __init__(self, target, out):
+            pass
+
+        def run(self, wanted, hosts):
+            asked.append(list(wanted))
+            return [hit("l0", 1632, 1632)]
+
+    monkeypatch.setattr(proof_cli.tiers, "Proof", Recorder)
+    monkeypatch.setattr("kvtier.proof.target.from_inventory", lambda inventory: None)
+    monkeypatch.setattr("kvtier.inventory.Inventory", lambda path, vault=None: None)
+    parser = __import__("kvtier.cli", fromlist=["build_parser"]).build_parser()
+    assert proof_cli._cmd_prove(parser.parse_args(["prove", "-i", "inv"])) == 0
+    assert proof_cli._cmd_prove(parser.parse_args(["prove", "-i", "inv", "--disruptive"])) == 0
+    assert asked == [["l0"], list(tiers.TIERS)]
+    assert "L0 local DRAM" in capsys.readouterr().out
+
+
 def test_nodes_are_reached_as_ansible_reaches_them():
     lab = nodes.from_hostvars("spark01", {"ansible_connection": "containers.podman.podman",
                                           "ansible_host": "kvtier-lab-spark01"})  # fmt: skip
