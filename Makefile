@@ -50,6 +50,9 @@ test-vm: bootstrap
 lint:
 	yamllint --strict .
 	ansible-lint --profile production
+	ruff format --check .
+	ruff check .
+	shellcheck $$(git ls-files -- '*.sh')
 
 unit:
 	pytest -q tests/unit

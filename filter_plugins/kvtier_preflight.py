@@ -27,8 +27,16 @@ from kvtier.cluster.inventory import plain
 from kvtier.preflight import controller, credentials, groups, hardware, network, tiers, varnames
 
 # Host variables the network and tier checks read (with the roles' defaults filled in).
-_NETWORK_VARS = ("kvtier_data_address", "roce_address", "roce_interface", "roce_mtu", "nfs_client_server",
-                 "nfs_client_mount_point", "kv_store_port", "kv_store_lmcache_user")
+_NETWORK_VARS = (
+    "kvtier_data_address",
+    "roce_address",
+    "roce_interface",
+    "roce_mtu",
+    "nfs_client_server",
+    "nfs_client_mount_point",
+    "kv_store_port",
+    "kv_store_lmcache_user",
+)
 
 
 def _raw(hostvars, host):
@@ -44,8 +52,11 @@ def _value(hostvars, host, name, problems, secret=False):
         return plain(hostvars[host][name])
     except Exception as exc:  # any templating error: report it, keep checking the rest
         detail = type(exc).__name__ if secret else str(exc).splitlines()[0]
-        problems.append(f"host {host}: {name} could not be evaluated ({detail}); is the vault password given?"
-                        if secret else f"host {host}: {name} could not be evaluated: {detail}")
+        problems.append(
+            f"host {host}: {name} could not be evaluated ({detail}); is the vault password given?"
+            if secret
+            else f"host {host}: {name} could not be evaluated: {detail}"
+        )
         return None
 
 
@@ -86,15 +97,18 @@ def kvtier_preflight_controller(ansible_version, settings):
     requirements = plain(settings["requirements"]) or []
     installed = {str(r["name"]): _collection_version(str(r["name"])) for r in requirements}
     importable = {str(name): importlib.util.find_spec(str(name)) is not None for name in settings["libraries"]}
-    return (controller.ansible_version(str(ansible_version), str(settings["ansible_min"]), str(settings["ansible_max"]))
-            + controller.collections(requirements, installed)
-            + controller.python_libraries(importable, sys.executable))
+    return (
+        controller.ansible_version(str(ansible_version), str(settings["ansible_min"]), str(settings["ansible_max"]))
+        + controller.collections(requirements, installed)
+        + controller.python_libraries(importable, sys.executable)
+    )
 
 
 def kvtier_preflight_inventory(hostvars, groups_, settings):
     settings = plain(settings)
-    problems = groups.groups(plain(groups_), settings["storage_group"], settings["spark_group"],
-                             int(settings["min_spark"]))
+    problems = groups.groups(
+        plain(groups_), settings["storage_group"], settings["spark_group"], int(settings["min_spark"])
+    )
     storage, spark = _hosts(groups_, settings)
     roles = varnames.read_roles(settings["roles_dir"])
     views = {host: _view(hostvars, host, _NETWORK_VARS, roles.defaults, problems) for host in storage + spark}
@@ -104,8 +118,9 @@ def kvtier_preflight_inventory(hostvars, groups_, settings):
     spec_dict, spec_problems = tiers.spec_problems(_cluster(hostvars, spark, problems), hostvars, spark)
     problems += spec_problems
     if spec_dict is not None:
-        problems += tiers.storage_agreement(spec_dict, storage_host, views.get(storage_host, {}),
-                                            {h: views[h] for h in spark})
+        problems += tiers.storage_agreement(
+            spec_dict, storage_host, views.get(storage_host, {}), {h: views[h] for h in spark}
+        )
     names = {str(host): list(_raw(hostvars, host)) for host in groups_.get("all", [])}
     problems += varnames.unknown_variables(names, roles, settings.get("removed_variables") or {})
     return problems

@@ -39,7 +39,9 @@ def build_parser() -> argparse.ArgumentParser:
     img = sub.add_parser("images", help="container base images for the test hosts")
     img_sub = img.add_subparsers(dest="images_command", required=True)
     img_build = img_sub.add_parser("build", help="build missing or outdated images (offline, mmdebstrap)")
-    img_build.add_argument("names", nargs="*", help=f"images to build (default: all of {', '.join(sorted(images.RECIPES))})")
+    img_build.add_argument(
+        "names", nargs="*", help=f"images to build (default: all of {', '.join(sorted(images.RECIPES))})"
+    )
     img_build.add_argument("--force", action="store_true", help="rebuild even if the recipe is unchanged")
     img_build.set_defaults(func=_cmd_images_build)
 
@@ -50,19 +52,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     lab_parser = sub.add_parser("lab", help="the whole cluster on this machine (podman + QEMU)")
     lab_sub = lab_parser.add_subparsers(dest="lab_command", required=True)
-    for name, text in (("up", "build the lab, provision it with playbooks/site.yml, show the tiers working"),
-                       ("test", "the test command's cluster fixture: a fresh lab, every cluster check as a stage, lab down"),
-                       ("down", "remove everything the lab created"),
-                       ("status", "list the lab's hosts")):
+    for name, text in (
+        ("up", "build the lab, provision it with playbooks/site.yml, show the tiers working"),
+        ("test", "the test command's cluster fixture: a fresh lab, every cluster check as a stage, lab down"),
+        ("down", "remove everything the lab created"),
+        ("status", "list the lab's hosts"),
+    ):
         action = lab_sub.add_parser(name, help=text)
         action.set_defaults(func=_cmd_lab, action=name)
         if name == "up":
-            action.add_argument("--check", action="store_true",
-                                help="bring up the hosts and only show what site.yml would change (--check --diff)")
-            action.add_argument("--provision", action="store_true",
-                                help="run site.yml even when the hosts and its inputs are unchanged since its last good run")
+            action.add_argument(
+                "--check",
+                action="store_true",
+                help="bring up the hosts and only show what site.yml would change (--check --diff)",
+            )
+            action.add_argument(
+                "--provision",
+                action="store_true",
+                help="run site.yml even when the hosts and its inputs are unchanged since its last good run",
+            )
         if name == "test":
-            action.add_argument("--keep", action="store_true", help="leave the lab up at the end (to look into a failure)")
+            action.add_argument(
+                "--keep", action="store_true", help="leave the lab up at the end (to look into a failure)"
+            )
     return parser
 
 

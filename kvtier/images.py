@@ -53,7 +53,7 @@ RECIPES = {
 def current_digest(recipe: ImageRecipe) -> str | None:
     """The recipe label of the image podman holds now, or None when there is no such image."""
     proc = subprocess.run(
-        ["podman", "image", "inspect", "--format", "{{ index .Labels \"%s\" }}" % RECIPE_LABEL, recipe.name],
+        ["podman", "image", "inspect", "--format", '{{ index .Labels "%s" }}' % RECIPE_LABEL, recipe.name],
         capture_output=True,
         text=True,
         check=False,

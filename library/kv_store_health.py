@@ -127,7 +127,8 @@ def probe(params, check_mode):
                 client.auth(params.get("username"), params["password"])
             except RespError as err:
                 failures.append(
-                    "authentication as %r on %s failed: %s" % (params.get("username") or "default", _endpoint(params), err)
+                    "authentication as %r on %s failed: %s"
+                    % (params.get("username") or "default", _endpoint(params), err)
                 )
                 return result, failures
         info = client.info("server", "memory", "persistence", "stats")
@@ -189,7 +190,8 @@ def main():
         result, failures = probe(module.params, module.check_mode)
     except (OSError, ConnectionError) as err:
         module.fail_json(
-            msg="cannot reach %s: %s (is the service running and bound to this address?)" % (_endpoint(module.params), err)
+            msg="cannot reach %s: %s (is the service running and bound to this address?)"
+            % (_endpoint(module.params), err)
         )
     if failures:
         module.fail_json(msg="; ".join(failures), changed=False, **result)

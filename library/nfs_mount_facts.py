@@ -88,7 +88,9 @@ def main():
     if found:
         module.fail_json(msg="; ".join(found), **result)
     if facts["nfs"] and not facts["rdma"]:
-        module.warn("%s runs over %s, accepted because allow_tcp is set" % (facts["path"], facts["xprt"] or facts["proto"]))
+        module.warn(
+            "%s runs over %s, accepted because allow_tcp is set" % (facts["path"], facts["xprt"] or facts["proto"])
+        )
     module.exit_json(**result)
 
 

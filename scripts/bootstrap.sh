@@ -15,6 +15,7 @@ apt_packages=(
   openssh-client                                  # Ansible transport to VMs
   python3-venv
   redis-server                                    # unit tests start their own instance on a free port
+  shellcheck                                      # make lint checks the shell scripts
 )
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }

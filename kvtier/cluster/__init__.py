@@ -9,11 +9,22 @@
 
 from kvtier.cluster.fingerprint import fingerprint, fingerprint_inputs
 from kvtier.cluster.inventory import cluster_from_hostvars
-from kvtier.cluster.render import (ProcessSpec, RenderError, coordinator, endpoints, lmcache_server, node_config,
-                                   vllm)
+from kvtier.cluster.render import ProcessSpec, RenderError, coordinator, endpoints, lmcache_server, node_config, vllm
 from kvtier.cluster.spec import ClusterSpec, SpecError, load_spec, validate
 
 __all__ = [
-    "ClusterSpec", "ProcessSpec", "RenderError", "SpecError", "cluster_from_hostvars", "coordinator", "endpoints",
-    "fingerprint", "fingerprint_inputs", "lmcache_server", "load_spec", "node_config", "validate", "vllm",
+    "ClusterSpec",
+    "ProcessSpec",
+    "RenderError",
+    "SpecError",
+    "cluster_from_hostvars",
+    "coordinator",
+    "endpoints",
+    "fingerprint",
+    "fingerprint_inputs",
+    "lmcache_server",
+    "load_spec",
+    "node_config",
+    "validate",
+    "vllm",
 ]

@@ -16,8 +16,7 @@ _MISSING = object()
 class Reader:
     """Typed access to one section of the spec; problems go to a shared list."""
 
-    def __init__(self, data, label: str, problems: list, known: tuple = (), hint: Mapping | None = None,
-                 namer=None):
+    def __init__(self, data, label: str, problems: list, known: tuple = (), hint: Mapping | None = None, namer=None):
         self.label = label
         self.problems = problems
         self._namer = namer

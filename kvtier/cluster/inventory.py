@@ -46,7 +46,7 @@ def first_difference(a, b, path: str = ""):
                 return found
         return None
     if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
-        for i, (x, y) in enumerate(zip(a, b)):
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
             found = first_difference(x, y, f"{path}[{i}]")
             if found:
                 return found
@@ -82,8 +82,10 @@ def cluster_from_hostvars(cluster, hostvars, hosts, var: str = CLUSTER_VAR) -> d
     if not isinstance(cluster, dict):
         raise SpecError([f"{var} must be a mapping defined once in group_vars/all, not {type(cluster).__name__}"])
     if "nodes" in cluster:
-        problems.append(f"{var}.nodes is built from the inventory: set each node's values as host vars "
-                        f"({', '.join('kvtier_' + k for k in NODE_KEYS)}) instead")
+        problems.append(
+            f"{var}.nodes is built from the inventory: set each node's values as host vars "
+            f"({', '.join('kvtier_' + k for k in NODE_KEYS)}) instead"
+        )
     base, base_host, nodes = None, None, {}
     for host in hosts:
         if host not in hostvars:
@@ -99,8 +101,10 @@ def cluster_from_hostvars(cluster, hostvars, hosts, var: str = CLUSTER_VAR) -> d
             if diff:
                 where, x, y = diff
                 shown = "" if any(s in where.lower() for s in _SENSITIVE) else f" ({x!r} vs {y!r})"
-                problems.append(f"{var} differs between {base_host} and {host} at {where}{shown}: define it once "
-                                f"(group_vars/all), never per group or per host")
+                problems.append(
+                    f"{var} differs between {base_host} and {host} at {where}{shown}: define it once "
+                    f"(group_vars/all), never per group or per host"
+                )
         hv = hostvars[host]
         for key in sorted(CLUSTER_WIDE_KEYS):
             if key not in NODE_KEYS and f"kvtier_{key}" in hv:

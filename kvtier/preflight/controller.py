@@ -26,8 +26,10 @@ def ansible_version(version: str, minimum: str, maximum: str) -> list:
     """ansible-core must be >= minimum and < maximum (exclusive, like kubespray's range)."""
     if _at_least(version, minimum) and not _at_least(version, maximum):
         return []
-    return [f"ansible-core {version} is not supported: kvtier needs >= {minimum} and < {maximum} "
-            f"(preflight_ansible_min, preflight_ansible_max); {_INSTALL_HINT}"]
+    return [
+        f"ansible-core {version} is not supported: kvtier needs >= {minimum} and < {maximum} "
+        f"(preflight_ansible_min, preflight_ansible_max); {_INSTALL_HINT}"
+    ]
 
 
 def collections(required: Iterable[Mapping], installed: Mapping) -> list:
@@ -41,16 +43,23 @@ def collections(required: Iterable[Mapping], installed: Mapping) -> list:
         name, pinned = str(entry["name"]), entry.get("version")
         have = installed.get(name)
         if have is None:
-            problems.append(f"collection {name} is not installed (requirements.yml pins {pinned}): "
-                            f"run `ansible-galaxy collection install -r requirements.yml`")
+            problems.append(
+                f"collection {name} is not installed (requirements.yml pins {pinned}): "
+                f"run `ansible-galaxy collection install -r requirements.yml`"
+            )
         elif pinned and not _at_least(str(have), str(pinned)):
-            problems.append(f"collection {name} {have} is older than {pinned} (requirements.yml): "
-                            f"run `ansible-galaxy collection install -r requirements.yml --upgrade`")
+            problems.append(
+                f"collection {name} {have} is older than {pinned} (requirements.yml): "
+                f"run `ansible-galaxy collection install -r requirements.yml --upgrade`"
+            )
     return problems
 
 
 def python_libraries(importable: Mapping, interpreter: str) -> list:
     """Every library the controller-side filters need must import in the Python that runs Ansible."""
-    return [f"Python library {name} is not importable by the controller's Python ({interpreter}), which "
-            f"runs ansible-playbook: install it there (`{interpreter} -m pip install {name}`) or {_INSTALL_HINT}"
-            for name, ok in importable.items() if not ok]
+    return [
+        f"Python library {name} is not importable by the controller's Python ({interpreter}), which "
+        f"runs ansible-playbook: install it there (`{interpreter} -m pip install {name}`) or {_INSTALL_HINT}"
+        for name, ok in importable.items()
+        if not ok
+    ]

@@ -5,7 +5,7 @@ Callers pass values; messages carry only variable and host names, never a value,
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 
 MIN_LENGTH = 16
 
@@ -35,10 +35,13 @@ def credentials(values: Iterable[tuple], examples: Iterable[str], min_length: in
 
 
 def same_secret(reference: tuple, others: Iterable[tuple]) -> list:
-    """Each (host, name, value) of `others` must equal `reference` (host, name, value): a client's copy of a password."""
+    """Each (host, name, value) of `others` must equal `reference` (host, name, value): a client's password copy."""
     ref_host, ref_name, ref_value = reference
     if ref_value in (None, ""):
         return []
-    return [f"host {host}: {name} differs from {ref_name} on {ref_host}: LMCache on {host} would fail to log in to L2; "
-            f"point kvtier_cluster.l2.password_var at the same vaulted value"
-            for host, name, value in others if value not in (None, "") and str(value) != str(ref_value)]
+    return [
+        f"host {host}: {name} differs from {ref_name} on {ref_host}: LMCache on {host} would fail to log in to L2; "
+        f"point kvtier_cluster.l2.password_var at the same vaulted value"
+        for host, name, value in others
+        if value not in (None, "") and str(value) != str(ref_value)
+    ]

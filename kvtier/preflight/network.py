@@ -40,8 +40,10 @@ def data_network(hosts: Mapping, storage: str | None, data_cidr: str = ""):
         try:
             return ipaddress.ip_network(str(data_cidr), strict=True), "preflight_data_cidr"
         except ValueError:
-            return None, (f"preflight_data_cidr {data_cidr!r} is not a network in CIDR form: give the data network, "
-                          f"e.g. 10.10.0.0/24")
+            return None, (
+                f"preflight_data_cidr {data_cidr!r} is not a network in CIDR form: give the data network, "
+                f"e.g. 10.10.0.0/24"
+            )
     iface = _interface(hosts.get(storage, {}).get("roce_address") or "") if storage else None
     if iface is None:
         return None, None
@@ -60,20 +62,26 @@ def addresses(hosts: Mapping, storage: str | None, data_cidr: str = "") -> list:
         if network is not None and ip.version == network.version and ip in network:
             return
         if network is not None:
-            problems.append(f"host {host}: {var} {shown} is outside the data network {network} ({source}): "
-                            f"use an address on the RoCE network")
+            problems.append(
+                f"host {host}: {var} {shown} is outside the data network {network} ({source}): "
+                f"use an address on the RoCE network"
+            )
 
     for host, hv in hosts.items():
         data = hv.get("kvtier_data_address")
         data_ip = None
         if data in (None, ""):
-            problems.append(f"host {host}: kvtier_data_address is not set: give the host's address on the RoCE "
-                            f"data network (a bare IP, e.g. 10.10.0.21)")
+            problems.append(
+                f"host {host}: kvtier_data_address is not set: give the host's address on the RoCE "
+                f"data network (a bare IP, e.g. 10.10.0.21)"
+            )
         else:
             data_ip = _ip(data)
             if data_ip is None:
-                problems.append(f"host {host}: kvtier_data_address {data!r} is not an IP address: give the host's "
-                                f"address on the RoCE data network (a bare IP, e.g. 10.10.0.21)")
+                problems.append(
+                    f"host {host}: kvtier_data_address {data!r} is not an IP address: give the host's "
+                    f"address on the RoCE data network (a bare IP, e.g. 10.10.0.21)"
+                )
             else:
                 inside(host, "kvtier_data_address", data_ip, data_ip)
                 users.setdefault(data_ip, []).append((host, "kvtier_data_address"))
@@ -81,25 +89,35 @@ def addresses(hosts: Mapping, storage: str | None, data_cidr: str = "") -> list:
         if roce:
             iface = _interface(roce)
             if iface is None:
-                problems.append(f"host {host}: roce_address {roce!r} is not a host address with a prefix length: "
-                                f"write it like 10.10.0.21/24")
+                problems.append(
+                    f"host {host}: roce_address {roce!r} is not a host address with a prefix length: "
+                    f"write it like 10.10.0.21/24"
+                )
             else:
                 inside(host, "roce_address", iface.ip, roce)
                 if network is not None and iface.network != network and iface.ip in network:
-                    problems.append(f"host {host}: roce_address {roce} has prefix /{iface.network.prefixlen}, but the "
-                                    f"data network is {network} ({source}): use /{network.prefixlen} on every node")
+                    problems.append(
+                        f"host {host}: roce_address {roce} has prefix /{iface.network.prefixlen}, but the "
+                        f"data network is {network} ({source}): use /{network.prefixlen} on every node"
+                    )
                 if data_ip is not None and data_ip != iface.ip:
-                    problems.append(f"host {host}: kvtier_data_address {data_ip} is not the address of roce_address "
-                                    f"{roce}: the data address must be the one on the RoCE interface")
+                    problems.append(
+                        f"host {host}: kvtier_data_address {data_ip} is not the address of roce_address "
+                        f"{roce}: the data address must be the one on the RoCE interface"
+                    )
                 elif data_ip is None:
                     users.setdefault(iface.ip, []).append((host, "roce_address"))
             interface = hv.get("roce_interface") or ""
             if not interface:
-                problems.append(f"host {host}: roce_address is set but roce_interface is not: name the RoCE NIC's "
-                                f"netdev (e.g. enp1s0f0np0)")
+                problems.append(
+                    f"host {host}: roce_address is set but roce_interface is not: name the RoCE NIC's "
+                    f"netdev (e.g. enp1s0f0np0)"
+                )
             elif not _NETDEV.match(str(interface)):
-                problems.append(f"host {host}: roce_interface {interface!r} is not a netdev name (letters, digits, "
-                                f"'_', '.', '-', at most 15 characters)")
+                problems.append(
+                    f"host {host}: roce_interface {interface!r} is not a netdev name (letters, digits, "
+                    f"'_', '.', '-', at most 15 characters)"
+                )
     for ip, used in users.items():
         if len(used) > 1:
             who = ", ".join(f"{host} ({var})" for host, var in used)
@@ -118,8 +136,10 @@ def _nfs_server(hosts: Mapping, storage: str | None) -> list:
             continue
         server_ip = _ip(server)
         if server_ip is not None and server_ip != storage_ip:
-            problems.append(f"host {host}: nfs_client_server {server} is not the storage node's data address "
-                            f"({storage} kvtier_data_address {storage_ip}): mount over the RoCE network")
+            problems.append(
+                f"host {host}: nfs_client_server {server} is not the storage node's data address "
+                f"({storage} kvtier_data_address {storage_ip}): mount over the RoCE network"
+            )
     return problems
 
 
@@ -136,6 +156,8 @@ def mtu(hosts: Mapping) -> list:
         by_value.setdefault(value, []).append(host)
     if len(by_value) > 1:
         spread = "; ".join(f"{value} on {', '.join(names)}" for value, names in sorted(by_value.items()))
-        problems.append(f"roce_mtu differs between nodes ({spread}): the RDMA path MTU follows the smallest and "
-                        f"mismatched MTUs drop large frames; set one roce_mtu for all nodes (group_vars/all)")
+        problems.append(
+            f"roce_mtu differs between nodes ({spread}): the RDMA path MTU follows the smallest and "
+            f"mismatched MTUs drop large frames; set one roce_mtu for all nodes (group_vars/all)"
+        )
     return problems

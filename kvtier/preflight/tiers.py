@@ -18,8 +18,10 @@ def spec_problems(cluster, hostvars, spark_hosts) -> tuple:
     if not spark_hosts:
         return None, []
     if cluster is None:
-        return None, [f"{CLUSTER_VAR} is not set: define the cluster spec once in group_vars/all "
-                      f"(see kvtier/cluster/spec.py for its shape)"]
+        return None, [
+            f"{CLUSTER_VAR} is not set: define the cluster spec once in group_vars/all "
+            f"(see kvtier/cluster/spec.py for its shape)"
+        ]
     try:
         spec_dict = cluster_from_hostvars(cluster, hostvars, spark_hosts)
         load_spec(spec_dict)
@@ -33,13 +35,17 @@ def storage_agreement(spec_dict: Mapping, storage: str | None, storage_vars: Map
     spec = load_spec(spec_dict)
     problems = []
     if spec.l2 is not None and storage is not None:
-        expected = (("l2.host", spec.l2.host, "kvtier_data_address", storage_vars.get("kvtier_data_address")),
-                    ("l2.port", spec.l2.port, "kv_store_port", storage_vars.get("kv_store_port")),
-                    ("l2.user", spec.l2.user, "kv_store_lmcache_user", storage_vars.get("kv_store_lmcache_user")))
+        expected = (
+            ("l2.host", spec.l2.host, "kvtier_data_address", storage_vars.get("kvtier_data_address")),
+            ("l2.port", spec.l2.port, "kv_store_port", storage_vars.get("kv_store_port")),
+            ("l2.user", spec.l2.user, "kv_store_lmcache_user", storage_vars.get("kv_store_lmcache_user")),
+        )
         for key, have, var, want in expected:
             if want is not None and str(have) != str(want):
-                problems.append(f"{CLUSTER_VAR}.{key} is {have}, but the storage node {storage} has {var} {want}: "
-                                f"LMCache would never reach its L2 tier; make them equal")
+                problems.append(
+                    f"{CLUSTER_VAR}.{key} is {have}, but the storage node {storage} has {var} {want}: "
+                    f"LMCache would never reach its L2 tier; make them equal"
+                )
     if spec.l3 is not None:
         for host, hv in spark_vars.items():
             mount = hv.get("nfs_client_mount_point")
@@ -47,7 +53,9 @@ def storage_agreement(spec_dict: Mapping, storage: str | None, storage_vars: Map
                 continue
             inside = posixpath.normpath(spec.l3.path).startswith(posixpath.normpath(str(mount)).rstrip("/") + "/")
             if not inside:
-                problems.append(f"host {host}: {CLUSTER_VAR}.l3.path {spec.l3.path} is not under its NFS mount "
-                                f"nfs_client_mount_point {mount}: the L3 tier would be a local directory, not the "
-                                f"shared NVMe pool; put l3.path below the mount point")
+                problems.append(
+                    f"host {host}: {CLUSTER_VAR}.l3.path {spec.l3.path} is not under its NFS mount "
+                    f"nfs_client_mount_point {mount}: the L3 tier would be a local directory, not the "
+                    f"shared NVMe pool; put l3.path below the mount point"
+                )
     return problems

@@ -18,6 +18,7 @@ import yaml
 @dataclass
 class RoleVariables:
     """What the roles declare: name -> role for public names and for internal ones, and the defaults."""
+
     public: dict = field(default_factory=dict)
     internal: dict = field(default_factory=dict)
     defaults: dict = field(default_factory=dict)
@@ -81,8 +82,10 @@ def _message(name: str, hosts: Iterable[str], roles: RoleVariables, removed: Map
         return f"{where} was removed: {removed[name]}"
     if name in roles.internal:
         role = roles.internal[name]
-        return (f"{where} is internal to role {role} (roles/{role}/vars/main.yml) and overrides nothing from the "
-                f"inventory: remove it")
+        return (
+            f"{where} is internal to role {role} (roles/{role}/vars/main.yml) and overrides nothing from the "
+            f"inventory: remove it"
+        )
     close = difflib.get_close_matches(name, list(roles.public), n=1, cutoff=0.75)
     role = _role_of(name, roles.prefixes)
     hint = f"did you mean {close[0]}?" if close else f"see roles/{role}/meta/argument_specs.yml for the known names"

@@ -5,8 +5,9 @@ kvtier on the controller. It parses:
 
 - Prometheus text exposition (LMCache's ``/metrics`` on the prometheus port, vLLM's ``/metrics``);
 - LMCache's ``lmcache_mp_*`` counters (lmcache 0.5.6 serves them at ``/metrics`` on its HTTP API port;
-  nothing listened on ``--prometheus-port`` in our measurements) into a per-tier summary: L1 (server DRAM) lookup hits, L2 hits,
-  and load/store counts per L2 adapter (``l2_name`` label: ``resp``, ``valkey``, ``fs``, ``p2p``...);
+  nothing listened on ``--prometheus-port`` in our measurements) into a per-tier summary: LMCache's L1 (server
+  DRAM, kvtier's L0) lookup hits, L2 hits, and load/store counts per L2 adapter (``l2_name`` label: ``resp``,
+  ``valkey``, ``fs``, ``p2p``...);
 - LMCache's ``/status`` JSON (L1 object count and bytes, L2 adapter health);
 - vLLM's ``/v1/models`` (is the model served) and its external-prefix-cache counters.
 """
@@ -108,8 +109,14 @@ def lmcache_summary(samples) -> dict:
         "l1_read_chunks": _int(_counter(samples, "lmcache_mp_l1_read_chunks")),
         "l1_memory_usage_bytes": _int(metric_sum(samples, "lmcache_mp_l1_memory_usage_bytes")),
         "l2_store_requests_completed": _int(sum(stores.values())),
-        "l2": {name: {"loads": _int(loads.get(name, 0.0)), "stores": _int(stores.get(name, 0.0)),
-                      "usage_bytes": _int(usage.get(name, 0.0))} for name in names},
+        "l2": {
+            name: {
+                "loads": _int(loads.get(name, 0.0)),
+                "stores": _int(stores.get(name, 0.0)),
+                "usage_bytes": _int(usage.get(name, 0.0)),
+            }
+            for name in names
+        },
     }
 
 
@@ -161,12 +168,14 @@ def status_summary(status: dict) -> dict:
     objects = _find(status, "total_object_count")
     used = _find(status, "memory_used_bytes")
     peers = _find(status, "p2p_peers")
-    return {"l1_objects": objects if isinstance(objects, int) else None,
-            "l1_used_bytes": used if isinstance(used, int) else None,
-            "p2p_enabled": _find(status, "p2p_enabled") is True,
-            "p2p_state": _find(status, "p2p_state"),
-            "p2p_peers": sorted(str(p) for p in peers) if isinstance(peers, list) else [],
-            "unhealthy": unhealthy}
+    return {
+        "l1_objects": objects if isinstance(objects, int) else None,
+        "l1_used_bytes": used if isinstance(used, int) else None,
+        "p2p_enabled": _find(status, "p2p_enabled") is True,
+        "p2p_state": _find(status, "p2p_state"),
+        "p2p_peers": sorted(str(p) for p in peers) if isinstance(peers, list) else [],
+        "unhealthy": unhealthy,
+    }
 
 
 def p2p_problems(status: dict, min_peers: int) -> list:
@@ -179,7 +188,9 @@ def p2p_problems(status: dict, min_peers: int) -> list:
     if status.get("p2p_state") != "registered":
         return [f"LMCache P2P state is {status.get('p2p_state')!r}, not 'registered' with the coordinator"]
     if len(status.get("p2p_peers", [])) < min_peers:
-        return [f"LMCache P2P sees {len(status['p2p_peers'])} peer(s) {status['p2p_peers']}, expected at least {min_peers}"]
+        return [
+            f"LMCache P2P sees {len(status['p2p_peers'])} peer(s) {status['p2p_peers']}, expected at least {min_peers}"
+        ]
     return []
 
 
@@ -241,8 +252,9 @@ def probe_node(endpoints: dict, model: str | None = None, timeout: float = 5.0, 
             try:
                 result["lmcache_status"] = status_summary(get_json(base + "/status", timeout))
                 if result["lmcache_status"]["unhealthy"]:
-                    problems.append("LMCache /status reports unhealthy parts: "
-                                    + ", ".join(result["lmcache_status"]["unhealthy"]))
+                    problems.append(
+                        "LMCache /status reports unhealthy parts: " + ", ".join(result["lmcache_status"]["unhealthy"])
+                    )
                 if p2p_peers is not None:
                     problems.extend(p2p_problems(result["lmcache_status"], p2p_peers))
             except ProbeError as exc:
@@ -281,8 +293,9 @@ def complete(base: str, model: str, prompt: str, timeout: float = 300.0) -> dict
     ``seconds`` (the whole request: with one output token, close to the time to first token) and ``error``.
     """
     body = json.dumps({"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0}).encode()
-    request = urllib.request.Request(base.rstrip("/") + "/v1/completions", data=body,
-                                     headers={"Content-Type": "application/json"})  # fmt: skip
+    request = urllib.request.Request(
+        base.rstrip("/") + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+    )
     started = time.monotonic()
     result = {"status": 0, "cached_tokens": 0, "prompt_tokens": 0, "seconds": 0.0, "error": ""}
     try:

@@ -19,17 +19,52 @@ MOUNTSTATS = "/proc/self/mountstats"
 NFS_TYPES = ("nfs", "nfs4")
 
 # Fields of the `xprt:` line after the transport name (net/sunrpc/xprtsock.c, xprtrdma/transport.c).
-XPRT_COMMON = ("port", "bind_count", "connect_count", "connect_time", "idle_time", "sends", "recvs",
-               "bad_xids", "req_u", "bklog_u")
+XPRT_COMMON = (
+    "port",
+    "bind_count",
+    "connect_count",
+    "connect_time",
+    "idle_time",
+    "sends",
+    "recvs",
+    "bad_xids",
+    "req_u",
+    "bklog_u",
+)
 XPRT_FIELDS = {
     "tcp": XPRT_COMMON + ("max_slots", "sending_u", "pending_u"),
-    "udp": ("port", "bind_count", "sends", "recvs", "bad_xids", "req_u", "bklog_u", "max_slots",
-            "sending_u", "pending_u"),
-    "rdma": XPRT_COMMON + ("read_chunk_count", "write_chunk_count", "reply_chunk_count", "total_rdma_request",
-                           "total_rdma_reply", "pullup_copy_count", "fixup_copy_count", "hardway_register_count",
-                           "failed_marshal_count", "bad_reply_count", "nomsg_call_count", "mrs_recycled",
-                           "mrs_orphaned", "mrs_allocated", "local_inv_needed", "empty_sendctx_q",
-                           "reply_waits_for_send"),
+    "udp": (
+        "port",
+        "bind_count",
+        "sends",
+        "recvs",
+        "bad_xids",
+        "req_u",
+        "bklog_u",
+        "max_slots",
+        "sending_u",
+        "pending_u",
+    ),
+    "rdma": XPRT_COMMON
+    + (
+        "read_chunk_count",
+        "write_chunk_count",
+        "reply_chunk_count",
+        "total_rdma_request",
+        "total_rdma_reply",
+        "pullup_copy_count",
+        "fixup_copy_count",
+        "hardway_register_count",
+        "failed_marshal_count",
+        "bad_reply_count",
+        "nomsg_call_count",
+        "mrs_recycled",
+        "mrs_orphaned",
+        "mrs_allocated",
+        "local_inv_needed",
+        "empty_sendctx_q",
+        "reply_waits_for_send",
+    ),
 }
 
 NOT_RDMA = (
@@ -67,12 +102,14 @@ def parse_mounts(text):
         fields = line.split()
         if len(fields) < 4:
             continue
-        entries.append({
-            "source": _unescape(fields[0]),
-            "path": _unescape(fields[1]),
-            "fstype": fields[2],
-            "options": parse_options(fields[3]),
-        })
+        entries.append(
+            {
+                "source": _unescape(fields[0]),
+                "path": _unescape(fields[1]),
+                "fstype": fields[2],
+                "options": parse_options(fields[3]),
+            }
+        )
     return entries
 
 
@@ -87,7 +124,7 @@ def parse_xprt(line):
     if len(values) != len(names):
         # Another kernel's layout: keep the fields every transport shares, plus the raw values.
         names = XPRT_COMMON if transport != "udp" else XPRT_FIELDS["udp"]
-    return {"transport": transport, "counters": dict(zip(names, values)), "raw": values}
+    return {"transport": transport, "counters": dict(zip(names, values, strict=False)), "raw": values}
 
 
 def parse_mountstats(text):
@@ -100,16 +137,22 @@ def parse_mountstats(text):
         if match:
             current = None
             if match.group(3) in NFS_TYPES:
-                current = {"source": _unescape(match.group(1)), "path": _unescape(match.group(2)),
-                           "fstype": match.group(3), "statvers": match.group(4), "options": {}, "xprts": [],
-                           "age": None}
+                current = {
+                    "source": _unescape(match.group(1)),
+                    "path": _unescape(match.group(2)),
+                    "fstype": match.group(3),
+                    "statvers": match.group(4),
+                    "options": {},
+                    "xprts": [],
+                    "age": None,
+                }
                 stats.append(current)
             continue
         if current is None:
             continue
         stripped = line.strip()
         if stripped.startswith("opts:"):
-            current["options"] = parse_options(stripped[len("opts:"):].strip())
+            current["options"] = parse_options(stripped[len("opts:") :].strip())
         elif stripped.startswith("age:"):
             current["age"] = int(stripped.split()[1])
         elif stripped.startswith("xprt:"):
@@ -121,24 +164,39 @@ def describe(path, mounts_text, mountstats_text):
     """Facts about the NFS mount visible at ``path``; ``mounted`` is False when there is none."""
     path = path.rstrip("/") or "/"
     entries = [m for m in parse_mounts(mounts_text) if m["path"] == path]
-    facts = {"path": path, "mounted": bool(entries), "nfs": False, "source": None, "fstype": None,
-             "options": {}, "proto": None, "port": None, "vers": None, "xprt": None, "xprts": [], "rdma": False}
+    facts = {
+        "path": path,
+        "mounted": bool(entries),
+        "nfs": False,
+        "source": None,
+        "fstype": None,
+        "options": {},
+        "proto": None,
+        "port": None,
+        "vers": None,
+        "xprt": None,
+        "xprts": [],
+        "rdma": False,
+    }
     if not entries:
         return facts
     entry = entries[-1]
     opts = entry["options"]
-    facts.update(source=entry["source"], fstype=entry["fstype"], options=opts,
-                 nfs=entry["fstype"] in NFS_TYPES)
+    facts.update(source=entry["source"], fstype=entry["fstype"], options=opts, nfs=entry["fstype"] in NFS_TYPES)
     if not facts["nfs"]:
         return facts
-    facts.update(proto=opts.get("proto"), vers=opts.get("vers"),
-                 port=int(opts["port"]) if str(opts.get("port", "")).isdigit() else None)
+    facts.update(
+        proto=opts.get("proto"),
+        vers=opts.get("vers"),
+        port=int(opts["port"]) if str(opts.get("port", "")).isdigit() else None,
+    )
     stats = [s for s in parse_mountstats(mountstats_text) if s["path"] == path]
     if stats:
         facts["xprts"] = stats[-1]["xprts"]
         facts["xprt"] = facts["xprts"][0]["transport"] if facts["xprts"] else None
-    facts["rdma"] = facts["proto"] == "rdma" and bool(facts["xprts"]) and all(
-        x["transport"] == "rdma" for x in facts["xprts"])
+    facts["rdma"] = (
+        facts["proto"] == "rdma" and bool(facts["xprts"]) and all(x["transport"] == "rdma" for x in facts["xprts"])
+    )
     return facts
 
 
@@ -146,7 +204,9 @@ def problems(facts, allow_tcp=False, port=None, vers=None):
     """Reasons the mount is not acceptable, as messages that say what to fix (empty when it is)."""
     path = facts["path"]
     if not facts["mounted"]:
-        return ["nothing is mounted at %s: run `mount %s` and read the kernel log (dmesg) for the reason" % (path, path)]
+        return [
+            "nothing is mounted at %s: run `mount %s` and read the kernel log (dmesg) for the reason" % (path, path)
+        ]
     if not facts["nfs"]:
         return ["%s is a %s mount of %s, not NFS" % (path, facts["fstype"], facts["source"])]
     found = []
@@ -154,13 +214,18 @@ def problems(facts, allow_tcp=False, port=None, vers=None):
         found.append("%s is mounted with NFS vers=%s, expected vers=%s (remount it)" % (path, facts["vers"], vers))
     if not facts["rdma"]:
         if not facts["xprts"] and facts["proto"] == "rdma":
-            found.append("%s says proto=rdma but /proc/self/mountstats has no xprt line for it yet; "
-                         "run I/O on it and probe again" % path)
+            found.append(
+                "%s says proto=rdma but /proc/self/mountstats has no xprt line for it yet; "
+                "run I/O on it and probe again" % path
+            )
         elif not allow_tcp:
             xprt = "+".join(sorted({x["transport"] for x in facts["xprts"]})) or None
             transport = xprt or facts["proto"] or "unknown"
-            found.append(NOT_RDMA.format(path=path, transport=transport.upper(), proto=facts["proto"],
-                                         xprt=xprt, port=port or 20049))
+            found.append(
+                NOT_RDMA.format(
+                    path=path, transport=transport.upper(), proto=facts["proto"], xprt=xprt, port=port or 20049
+                )
+            )
     elif port and facts["port"] != port:
         found.append("%s uses RDMA on port %s, expected %s (the server's rdma-port)" % (path, facts["port"], port))
     return found

@@ -77,19 +77,21 @@ def parse_nvme_list(doc) -> list:
     for dev in _doc(doc).get("Devices", []):
         if "Subsystems" not in dev:
             path = _text(dev.get("DevicePath", ""))
-            out.append({
-                "name": os.path.basename(path),
-                "device": path,
-                "nsid": dev.get("NameSpace"),
-                "serial": _text(dev.get("SerialNumber")),
-                "model": _text(dev.get("ModelNumber")),
-                "firmware": _text(dev.get("Firmware")),
-                "controller": None,
-                "transport": None,
-                "address": None,
-                "sector_size": dev.get("SectorSize"),
-                "nvme_size_bytes": dev.get("PhysicalSize"),
-            })  # fmt: skip
+            out.append(
+                {
+                    "name": os.path.basename(path),
+                    "device": path,
+                    "nsid": dev.get("NameSpace"),
+                    "serial": _text(dev.get("SerialNumber")),
+                    "model": _text(dev.get("ModelNumber")),
+                    "firmware": _text(dev.get("Firmware")),
+                    "controller": None,
+                    "transport": None,
+                    "address": None,
+                    "sector_size": dev.get("SectorSize"),
+                    "nvme_size_bytes": dev.get("PhysicalSize"),
+                }
+            )
             continue
         for subsys in dev["Subsystems"]:
             ctrls = subsys.get("Controllers") or []
@@ -117,13 +119,15 @@ def parse_id_ns(doc) -> dict:
     in_use = lba_format_in_use(d.get("flbas", 0), nlbaf)
     formats = []
     for i, f in enumerate(d.get("lbafs", [])[: nlbaf + 1]):
-        formats.append({
-            "index": f.get("lbaf", i),
-            "data_size": 1 << f["ds"] if f.get("ds") else 0,  # ds 0 = format not available
-            "metadata_size": f.get("ms", 0),
-            "relative_performance": f.get("rp", 0),
-            "in_use": bool(f["in_use"]) if "in_use" in f else i == in_use,
-        })  # fmt: skip
+        formats.append(
+            {
+                "index": f.get("lbaf", i),
+                "data_size": 1 << f["ds"] if f.get("ds") else 0,  # ds 0 = format not available
+                "metadata_size": f.get("ms", 0),
+                "relative_performance": f.get("rp", 0),
+                "in_use": bool(f["in_use"]) if "in_use" in f else i == in_use,
+            }
+        )
     return {"lba_formats": formats, "lba_format_in_use": in_use}
 
 
@@ -270,8 +274,9 @@ def drive_facts(ns: dict, graph: dict, queue: dict, signatures: dict, mounts: li
     reasons += ["member of %s" % md for md in drive["md_arrays"]]
     reasons += ["held by %s" % h for h in drive["holders"] if h not in drive["md_arrays"]]
     reasons += ["has partition %s" % p for p in drive["partitions"]]
-    reasons += ["%s signature on %s" % (s.get("type") or s.get("pttype") or "unknown", s["device"])
-                for s in drive["signatures"]]  # fmt: skip
+    reasons += [
+        "%s signature on %s" % (s.get("type") or s.get("pttype") or "unknown", s["device"]) for s in drive["signatures"]
+    ]
     drive["in_use"] = reasons
     drive["empty"] = not reasons
     return drive
@@ -308,12 +313,14 @@ def md_facts(name: str, sysmd: dict, export: dict, mdstat: dict, serial_of: dict
     for role in range(raid_disks):
         m = by_role.get(role)
         if m is None or not m["present"] or m["faulty"]:
-            missing.append({
-                "role": role,
-                "name": m["name"] if m else None,
-                "serial": (m or {}).get("serial") or recorded.get(role),
-                "reason": "faulty" if m and m["present"] else "gone",
-            })  # fmt: skip
+            missing.append(
+                {
+                    "role": role,
+                    "name": m["name"] if m else None,
+                    "serial": (m or {}).get("serial") or recorded.get(role),
+                    "reason": "faulty" if m and m["present"] else "gone",
+                }
+            )
     array_state = sysmd.get("array_state")
     tolerance = raid_disks - 1 if level == "raid1" else TOLERANCE.get(level)
     if array_state in ("inactive", "clear") or (not mdstat.get("active", True) and array_state is None):
@@ -324,8 +331,9 @@ def md_facts(name: str, sysmd: dict, export: dict, mdstat: dict, serial_of: dict
         health = "degraded"
     else:
         health = "healthy"
-    serials = [by_role[r]["serial"] if r in by_role and by_role[r]["present"] else recorded.get(r)
-               for r in range(raid_disks)]  # fmt: skip
+    serials = [
+        by_role[r]["serial"] if r in by_role and by_role[r]["present"] else recorded.get(r) for r in range(raid_disks)
+    ]
     facts = {
         "name": name,
         "device": "/dev/" + name,
@@ -399,11 +407,13 @@ def read_block_graph(sys_block: str) -> dict:
     def node(name, path, parent):
         graph[name] = {
             "size_sectors": _int(_read(os.path.join(path, "size"))) or 0,
-            "holders": sorted(os.listdir(os.path.join(path, "holders"))) if os.path.isdir(os.path.join(path, "holders")) else [],
+            "holders": sorted(os.listdir(os.path.join(path, "holders")))
+            if os.path.isdir(os.path.join(path, "holders"))
+            else [],
             "partitions": [],
             "parent": parent,
             "md": os.path.isdir(os.path.join(path, "md")),
-        }  # fmt: skip
+        }
 
     for name in sorted(os.listdir(sys_block)) if os.path.isdir(sys_block) else []:
         path = os.path.join(sys_block, name)
@@ -421,13 +431,15 @@ def read_md_sysfs(md_dir: str, graph: dict) -> dict:
     for entry in sorted(glob.glob(os.path.join(md_dir, "dev-*"))):
         name = os.path.basename(entry)[4:]
         slot = _read(os.path.join(entry, "slot"))
-        members.append({
-            "name": name,
-            "slot": _int(slot),  # "none" for spares
-            "state": _read(os.path.join(entry, "state"), ""),
-            # A removed drive keeps its dev-* entry (md still holds it) but its block device is gone.
-            "present": name in graph,
-        })  # fmt: skip
+        members.append(
+            {
+                "name": name,
+                "slot": _int(slot),  # "none" for spares
+                "state": _read(os.path.join(entry, "state"), ""),
+                # A removed drive keeps its dev-* entry (md still holds it) but its block device is gone.
+                "present": name in graph,
+            }
+        )
     return {
         "level": _read(os.path.join(md_dir, "level")),
         "raid_disks": _int(_read(os.path.join(md_dir, "raid_disks"))),

@@ -117,12 +117,18 @@ def plan(facts: dict, spec: dict) -> dict:
     array = find_array(facts.get("md_arrays") or {}, spec["name"])
     if array is not None:
         if array.get("health") != "healthy":
-            missing = ["%s (role %s)" % (m.get("serial") or m.get("name") or "unknown", m.get("role"))
-                       for m in array.get("missing") or []]  # fmt: skip
+            missing = [
+                "%s (role %s)" % (m.get("serial") or m.get("name") or "unknown", m.get("role"))
+                for m in array.get("missing") or []
+            ]
             problems.append(
                 "array %s (%s) is %s%s; kvtier will not touch it: replace the drive and recreate the array deliberately"
-                % (array.get("device"), spec["name"], array.get("health"),
-                   ": missing member(s) " + ", ".join(missing) if missing else "")  # fmt: skip
+                % (
+                    array.get("device"),
+                    spec["name"],
+                    array.get("health"),
+                    ": missing member(s) " + ", ".join(missing) if missing else "",
+                )
             )
         else:
             diffs = compare_array(array, members, spec)
@@ -144,7 +150,9 @@ def plan(facts: dict, spec: dict) -> dict:
         held = [r for r in d.get("in_use") or []]
         hard = d.get("mounts") or d.get("md_arrays") or d.get("holders") or d.get("backs_root")
         if hard:
-            problems.append("drive %s is in use (%s); unmount or stop what uses it first" % (_label(d), "; ".join(held)))
+            problems.append(
+                "drive %s is in use (%s); unmount or stop what uses it first" % (_label(d), "; ".join(held))
+            )
         elif spec.get("allow_destroy"):
             result["wipe"].append(d.get("device"))
         else:
@@ -162,8 +170,14 @@ def plan(facts: dict, spec: dict) -> dict:
     if not problems:
         result["action"] = "create"
         result["create_argv"] = [
-            "mdadm", "--create", result["device"], "--run", "--level=0",
-            "--raid-devices=%d" % len(members), "--chunk=%dK" % spec["chunk_kib"],
-            "--metadata=1.2", "--name=%s" % spec["name"],
-        ] + [d.get("by_id") or d.get("device") for d in members]  # fmt: skip
+            "mdadm",
+            "--create",
+            result["device"],
+            "--run",
+            "--level=0",
+            "--raid-devices=%d" % len(members),
+            "--chunk=%dK" % spec["chunk_kib"],
+            "--metadata=1.2",
+            "--name=%s" % spec["name"],
+        ] + [d.get("by_id") or d.get("device") for d in members]
     return result

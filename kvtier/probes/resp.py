@@ -129,7 +129,7 @@ class RespClient:
     def config_get(self, pattern: str) -> dict[str, str]:
         reply = self.call("CONFIG", "GET", pattern)
         pairs = [v.decode() if isinstance(v, bytes) else v for v in reply]
-        return dict(zip(pairs[0::2], pairs[1::2]))
+        return dict(zip(pairs[0::2], pairs[1::2], strict=False))
 
 
 def server_identity(info: dict[str, str]) -> tuple[str, str]:

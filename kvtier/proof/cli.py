@@ -40,15 +40,26 @@ def _cmd_prove(args: argparse.Namespace) -> int:
 
 
 def register(sub) -> None:
-    parser = sub.add_parser("prove", help="prove each tier of a running cluster with real requests and LMCache's counters",
-                            description=tiers.__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser = sub.add_parser(
+        "prove",
+        help="prove each tier of a running cluster with real requests and LMCache's counters",
+        description=tiers.__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("-i", "--inventory", required=True, help="the inventory the cluster was provisioned with")
-    parser.add_argument("--tier", action="append", choices=tiers.TIERS,
-                        help="a tier to prove (repeat for several; default: l0, or with --disruptive every tier the cluster has)")
+    parser.add_argument(
+        "--tier",
+        action="append",
+        choices=tiers.TIERS,
+        help="a tier to prove (repeat for several; default: l0, or with --disruptive every tier the cluster has)",
+    )
     parser.add_argument("--host", action="append", help="a Spark to prove on (repeat; default: every Spark)")
-    parser.add_argument("--disruptive", action="store_true",
-                        help="allow the steps that disturb a serving cluster: " + "; ".join(
-                            f"{t}: {why}" for t, why in tiers.DISRUPTIVE.items()))
+    parser.add_argument(
+        "--disruptive",
+        action="store_true",
+        help="allow the steps that disturb a serving cluster: "
+        + "; ".join(f"{t}: {why}" for t, why in tiers.DISRUPTIVE.items()),
+    )
     parser.add_argument("--vault-password-file", help="for vaulted inventory values (the L2 admin password)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON (progress goes to stderr)")
     parser.set_defaults(func=_cmd_prove)

@@ -42,7 +42,9 @@ class Node:
         except (OSError, subprocess.TimeoutExpired) as exc:
             raise NodeError(f"{self.name}: {' '.join(command)}: {exc}") from None
         if proc.returncode != 0:
-            raise NodeError(f"{self.name}: {' '.join(command)}: {proc.stderr.strip()[-2000:] or f'exit {proc.returncode}'}")
+            raise NodeError(
+                f"{self.name}: {' '.join(command)}: {proc.stderr.strip()[-2000:] or f'exit {proc.returncode}'}"
+            )
         return proc.stdout
 
     def python(self, source: str, expression: str, timeout: float = 600):
@@ -58,8 +60,15 @@ def podman(name: str, container: str) -> Node:
     return Node(name, ["podman", "exec", "-i", container])
 
 
-def ssh(name: str, host: str, user: str | None = None, port=None, key: str | None = None, extra: str = "",
-        become: bool = False) -> Node:
+def ssh(
+    name: str,
+    host: str,
+    user: str | None = None,
+    port=None,
+    key: str | None = None,
+    extra: str = "",
+    become: bool = False,
+) -> Node:
     prefix = ["ssh", "-o", "BatchMode=yes"] + shlex.split(extra or "")
     if port:
         prefix += ["-p", str(port)]
@@ -82,10 +91,17 @@ def from_hostvars(name: str, hostvars: Mapping) -> Node:
     if connection == "local":
         return local(name)
     if connection not in ("ssh", "ansible.builtin.ssh", "paramiko", "ansible.builtin.paramiko_ssh", "smart"):
-        raise NodeError(f"{name}: ansible_connection {connection!r} is not supported by kvtier's probes "
-                        f"(ssh, local and podman are)")
+        raise NodeError(
+            f"{name}: ansible_connection {connection!r} is not supported by kvtier's probes (ssh, local and podman are)"
+        )
     extra = " ".join(str(hostvars[k]) for k in ("ansible_ssh_common_args", "ansible_ssh_extra_args") if hostvars.get(k))
     become = str(hostvars.get("ansible_become", False)).lower() in ("true", "yes", "1")
-    return ssh(name, address, hostvars.get("ansible_user"), hostvars.get("ansible_port"),
-               hostvars.get("ansible_ssh_private_key_file") or hostvars.get("ansible_private_key_file"), extra,
-               become=become)
+    return ssh(
+        name,
+        address,
+        hostvars.get("ansible_user"),
+        hostvars.get("ansible_port"),
+        hostvars.get("ansible_ssh_private_key_file") or hostvars.get("ansible_private_key_file"),
+        extra,
+        become=become,
+    )

@@ -17,9 +17,17 @@ SPARK_GROUP = "spark"
 STORAGE_GROUP = "storage"
 # The systemd units the vllm_lmcache role installs (roles/vllm_lmcache/vars/main.yml).
 UNITS = {"lmcache": "kvtier-lmcache.service", "vllm": "kvtier-vllm.service"}
-_CONNECTION_VARS = ("ansible_connection", "ansible_host", "ansible_user", "ansible_port", "ansible_become",
-                    "ansible_ssh_private_key_file", "ansible_private_key_file", "ansible_ssh_common_args",
-                    "ansible_ssh_extra_args")  # fmt: skip
+_CONNECTION_VARS = (
+    "ansible_connection",
+    "ansible_host",
+    "ansible_user",
+    "ansible_port",
+    "ansible_become",
+    "ansible_ssh_private_key_file",
+    "ansible_private_key_file",
+    "ansible_ssh_common_args",
+    "ansible_ssh_extra_args",
+)
 
 
 class TargetError(Exception):
@@ -65,8 +73,9 @@ def from_inventory(inventory: Inventory) -> Target:
         hostvars = {host: inventory.hostvars(host, *wanted) for host in sparks}
         spec = load_spec(cluster_from_hostvars(hostvars[sparks[0]].get("kvtier_cluster"), hostvars, sparks))
         storage = inventory.group(STORAGE_GROUP)
-        admin = inventory.hostvars(storage[0] if storage else sparks[0], "kv_store_admin_user",
-                                   "kv_store_admin_password")  # fmt: skip
+        admin = inventory.hostvars(
+            storage[0] if storage else sparks[0], "kv_store_admin_user", "kv_store_admin_password"
+        )
     except (InventoryError, SpecError) as exc:
         raise TargetError(str(exc)) from None
     return Target(

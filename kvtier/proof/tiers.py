@@ -122,7 +122,9 @@ class Proof:
         reply = self.t.nodes[host].python(_LMCACHE, call, timeout=660)
         if reply["status"] == 200:
             return reply
-        message = f"{host}: vLLM answered {reply['status'] or 'nothing'}: {reply['error'][:200]}; {self.vllm_errors(host)}"
+        message = (
+            f"{host}: vLLM answered {reply['status'] or 'nothing'}: {reply['error'][:200]}; {self.vllm_errors(host)}"
+        )
         raise EngineFailed(host, message) if reply["status"] >= 500 else ProofError(message)
 
     def measured(self, host: str, prompt: str) -> tuple:
@@ -153,7 +155,9 @@ class Proof:
             log = self.journal(host, self.t.units["vllm"], "--lines", "500")
         except NodeError as exc:
             return f"its journal could not be read ({exc})"
-        errors = [line.strip() for line in log.splitlines() if "ERROR " in line and ("died" in line or "Error:" in line)]
+        errors = [
+            line.strip() for line in log.splitlines() if "ERROR " in line and ("died" in line or "Error:" in line)
+        ]
         return " | ".join(errors[-keep:]) or f"see `journalctl -u {self.t.units['vllm']}` on {host}"
 
     def lmcache_warnings(self, host: str, since: float, keep: int | None = 4) -> list:
@@ -175,7 +179,9 @@ class Proof:
 
     # --- the steps that disturb a serving cluster --------------------------------------------------------
     def clear_dram(self, host: str) -> None:
-        self.t.nodes[host].run(f"{self.t.spec.install.venv}/bin/lmcache", "kvcache", "clear", "--url", self.t.lmcache_url(host))
+        self.t.nodes[host].run(
+            f"{self.t.spec.install.venv}/bin/lmcache", "kvcache", "clear", "--url", self.t.lmcache_url(host)
+        )
 
     def flush_l2(self, via: str) -> None:
         """FLUSHALL as the L2 admin user, from a Spark (it reaches the L2 server on the data network)."""
@@ -218,8 +224,19 @@ class Proof:
         hits = []
 
         def hit(tier, counter, delta, reply):
-            hits.append(Hit(tier, host, reply["cached_tokens"], reply["prompt_tokens"], counter, delta,
-                            reply["seconds"], cold["seconds"], attempt=attempt))  # fmt: skip
+            hits.append(
+                Hit(
+                    tier,
+                    host,
+                    reply["cached_tokens"],
+                    reply["prompt_tokens"],
+                    counter,
+                    delta,
+                    reply["seconds"],
+                    cold["seconds"],
+                    attempt=attempt,
+                )
+            )
 
         if "l0" in tiers:
             reply, base, after = self.measured(host, prompt)
@@ -252,11 +269,23 @@ class Proof:
         others = {a: _loads(after, a) - _loads(base, a) for a in (self.t.l2_name, self.t.l3_name) if a}
         if any(others.values()):
             raise ProofError(f"{target}: the P2P prompt was also loaded from {others}: L2/L3 were not emptied")
-        hit = Hit("l1", target, reply["cached_tokens"], reply["prompt_tokens"], "l2_name=p2p loads",
-                  _loads(after, "p2p") - _loads(base, "p2p"), reply["seconds"], cold["seconds"], source, attempt)  # fmt: skip
+        hit = Hit(
+            "l1",
+            target,
+            reply["cached_tokens"],
+            reply["prompt_tokens"],
+            "l2_name=p2p loads",
+            _loads(after, "p2p") - _loads(base, "p2p"),
+            reply["seconds"],
+            cold["seconds"],
+            source,
+            attempt,
+        )
         if not hit.proven:
             said = [f"{h} LMCache: {line}" for h in (target, source) for line in self.lmcache_warnings(h, started)]
-            hit.why = "; ".join([f"{target} sees {self.p2p_view(target)}"] + (said or ["no LMCache warning on either Spark"]))
+            hit.why = "; ".join(
+                [f"{target} sees {self.p2p_view(target)}"] + (said or ["no LMCache warning on either Spark"])
+            )
         return hit
 
     def once_more(self, step):
@@ -308,7 +337,9 @@ def table(hits: list) -> list:
     for h in hits:
         mark = ("" if h.attempt == 1 else f"   (attempt {h.attempt})") if h.proven else "   <- NOT PROVEN"
         timing = f"{h.seconds:.2f} ({h.cold_seconds:.2f})"
-        lines.append(f"  {h.host:<9} {h.label:<28} {h.cached_tokens:>7} {h.prompt_tokens:>6}  {h.counter:<38} "
-                     f"{h.delta:>5} {timing:>14}{mark}")  # fmt: skip
+        lines.append(
+            f"  {h.host:<9} {h.label:<28} {h.cached_tokens:>7} {h.prompt_tokens:>6}  {h.counter:<38} "
+            f"{h.delta:>5} {timing:>14}{mark}"
+        )
     lines += [f"  {h.host} {h.label}: {h.why}" for h in hits if not h.proven and h.why]
     return lines

@@ -31,9 +31,16 @@ def _up(args) -> int:
     vm = host.VM(args.name)
     start = time.monotonic()
     vm.create(
-        serials, img=img, drive_size=args.drive_size, ssh_port=args.port, mem_mb=args.mem, smp=args.smp,
-        hostname=args.hostname, extra_args=extra + args.qemu_arg, drive_opts=args.drive_opts,
-    )  # fmt: skip
+        serials,
+        img=img,
+        drive_size=args.drive_size,
+        ssh_port=args.port,
+        mem_mb=args.mem,
+        smp=args.smp,
+        hostname=args.hostname,
+        extra_args=extra + args.qemu_arg,
+        drive_opts=args.drive_opts,
+    )
     if not args.no_wait:
         try:
             vm.wait_ssh(args.timeout)
@@ -41,8 +48,11 @@ def _up(args) -> int:
             if not args.keep_on_failure:
                 vm.destroy()
             raise
-    print(json.dumps({**vm.instance_config(), "serials": serials, "dir": vm.dir,
-                      "seconds": round(time.monotonic() - start, 1)}))  # fmt: skip
+    print(
+        json.dumps(
+            {**vm.instance_config(), "serials": serials, "dir": vm.dir, "seconds": round(time.monotonic() - start, 1)}
+        )
+    )
     return 0
 
 
@@ -60,14 +70,24 @@ def _ls(args) -> int:
     for vm in host.VM.all():
         st = vm.state
         plugged = [d["serial"] for d in st.get("drives", []) if d["plugged"]]
-        rows.append({"name": vm.name, "running": vm.running(), "pid": st.get("pid"), "ssh_port": st.get("ssh_port"),
-                     "drives": plugged, "dir": vm.dir})  # fmt: skip
+        rows.append(
+            {
+                "name": vm.name,
+                "running": vm.running(),
+                "pid": st.get("pid"),
+                "ssh_port": st.get("ssh_port"),
+                "drives": plugged,
+                "dir": vm.dir,
+            }
+        )
     if args.json:
         print(json.dumps(rows))
     else:
         for r in rows:
             state = "running" if r["running"] else "stopped"
-            print(f"{r['name']:20} {state:8} pid {r['pid']:<8} ssh 127.0.0.1:{r['ssh_port']:<6} {len(r['drives'])} nvme")
+            print(
+                f"{r['name']:20} {state:8} pid {r['pid']:<8} ssh 127.0.0.1:{r['ssh_port']:<6} {len(r['drives'])} nvme"
+            )
     return 0
 
 

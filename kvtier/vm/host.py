@@ -23,9 +23,19 @@ from kvtier.vm import image as vm_image
 
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 SSH_OPTS = (
-    "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null", "-o", "BatchMode=yes",
-    "-o", "IdentitiesOnly=yes", "-o", "LogLevel=ERROR", "-o", "ConnectTimeout=10",
-)  # fmt: skip
+    "-o",
+    "StrictHostKeyChecking=no",
+    "-o",
+    "UserKnownHostsFile=/dev/null",
+    "-o",
+    "BatchMode=yes",
+    "-o",
+    "IdentitiesOnly=yes",
+    "-o",
+    "LogLevel=ERROR",
+    "-o",
+    "ConnectTimeout=10",
+)
 _ANSI = re.compile(rb"\x1b\[[0-9;]*[A-Za-z]")
 
 
@@ -64,14 +74,22 @@ def data_nic_args(mode: str, port: int, mac: str, addr: int = 0x10) -> list[str]
     """
     if mode not in ("listen", "connect"):
         raise ValueError("mode is listen or connect")
-    return ["-netdev", f"socket,id=data0,{mode}=127.0.0.1:{port}",
-            "-device", f"virtio-net-pci,netdev=data0,mac={mac},addr={addr:#x}"]  # fmt: skip
+    return [
+        "-netdev",
+        f"socket,id=data0,{mode}=127.0.0.1:{port}",
+        "-device",
+        f"virtio-net-pci,netdev=data0,mac={mac},addr={addr:#x}",
+    ]
 
 
 def tap_nic_args(ifname: str, mac: str, addr: int = 0x10) -> list[str]:
     """A second NIC on a host tap device (which the caller plugs into a bridge); the guest sees ens16."""
-    return ["-netdev", f"tap,id=data0,ifname={ifname},script=no,downscript=no",
-            "-device", f"virtio-net-pci,netdev=data0,mac={mac},addr={addr:#x}"]  # fmt: skip
+    return [
+        "-netdev",
+        f"tap,id=data0,ifname={ifname},script=no,downscript=no",
+        "-device",
+        f"virtio-net-pci,netdev=data0,mac={mac},addr={addr:#x}",
+    ]
 
 
 def mac_for(name: str) -> str:
@@ -117,8 +135,13 @@ class VM:
     def instance_config(self) -> dict:
         """The entry molecule's delegated driver expects in instance_config.yml."""
         st = self.state
-        return {"instance": self.name, "address": "127.0.0.1", "user": "root", "port": st["ssh_port"],
-                "identity_file": st["ssh_key"]}  # fmt: skip
+        return {
+            "instance": self.name,
+            "address": "127.0.0.1",
+            "user": "root",
+            "port": st["ssh_port"],
+            "identity_file": st["ssh_key"],
+        }
 
     def running(self) -> bool:
         """True while our QEMU runs. Checks the command line too, so a reused PID is never taken for it."""
@@ -159,8 +182,17 @@ class VM:
             raise VMError(f"NVMe serials must be distinct: {serials}")
         os.makedirs(self.dir)
         try:
-            return self._start(img, serials, parse_size(drive_size), ssh_port, mem_mb, smp,
-                               hostname or self.name, list(extra_args), drive_opts)  # fmt: skip
+            return self._start(
+                img,
+                serials,
+                parse_size(drive_size),
+                ssh_port,
+                mem_mb,
+                smp,
+                hostname or self.name,
+                list(extra_args),
+                drive_opts,
+            )
         except BaseException:
             self.destroy()
             raise
@@ -177,31 +209,69 @@ class VM:
             with open(path, "wb") as fh:
                 fh.truncate(size)  # sparse: 8 x 2 GiB costs nothing until written
             opts = f",{drive_opts}" if drive_opts else ""
-            nvme_args += ["-drive", f"file={path},if=none,id=nvd{i},format=raw,cache=unsafe,discard=unmap",
-                          "-device", f"nvme,id=nvme{i},serial={serial},drive=nvd{i}{opts}"]  # fmt: skip
+            nvme_args += [
+                "-drive",
+                f"file={path},if=none,id=nvd{i},format=raw,cache=unsafe,discard=unmap",
+                "-device",
+                f"nvme,id=nvme{i},serial={serial},drive=nvd{i}{opts}",
+            ]
             drives.append({"serial": serial, "id": f"nvme{i}", "file": path, "plugged": True})
         argv = [
-            "qemu-system-x86_64", "-name", self.name, "-nodefaults", "-no-user-config", "-vga", "none",
-            "-display", "none", "-accel", "tcg,thread=multi", "-cpu", "max", "-m", str(mem_mb), "-smp", str(smp),
-            "-serial", "file:" + self._path("console.log"),
-            "-monitor", "unix:" + self._path("mon.sock") + ",server=on,wait=off",
-            "-kernel", img.kernel, "-initrd", img.initrd,
-            "-append", f"root=/dev/vda rw console=ttyS0 systemd.hostname={hostname}",
-            "-drive", "file=" + self._path("root.qcow2") + ",if=virtio,format=qcow2,cache=unsafe",
+            "qemu-system-x86_64",
+            "-name",
+            self.name,
+            "-nodefaults",
+            "-no-user-config",
+            "-vga",
+            "none",
+            "-display",
+            "none",
+            "-accel",
+            "tcg,thread=multi",
+            "-cpu",
+            "max",
+            "-m",
+            str(mem_mb),
+            "-smp",
+            str(smp),
+            "-serial",
+            "file:" + self._path("console.log"),
+            "-monitor",
+            "unix:" + self._path("mon.sock") + ",server=on,wait=off",
+            "-kernel",
+            img.kernel,
+            "-initrd",
+            img.initrd,
+            "-append",
+            f"root=/dev/vda rw console=ttyS0 systemd.hostname={hostname}",
+            "-drive",
+            "file=" + self._path("root.qcow2") + ",if=virtio,format=qcow2,cache=unsafe",
             # The user-net NIC is pinned to slot 3 so the guest always calls it ens3 (the image's DHCP match).
-            "-netdev", f"user,id=n0,hostfwd=tcp:127.0.0.1:{port}-:22",
-            "-device", f"virtio-net-pci,netdev=n0,mac={mac_for(self.name)},addr=0x3",
-            *nvme_args, *extra_args,
-        ]  # fmt: skip
+            "-netdev",
+            f"user,id=n0,hostfwd=tcp:127.0.0.1:{port}-:22",
+            "-device",
+            f"virtio-net-pci,netdev=n0,mac={mac_for(self.name)},addr=0x3",
+            *nvme_args,
+            *extra_args,
+        ]
         with open(self._path("qemu.log"), "ab") as log:
             self._proc = subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
-        self._save({
-            "name": self.name, "pid": self._proc.pid, "ssh_port": port, "ssh_key": img.key, "image": img.dir,
-            "hostname": hostname, "monitor": self._path("mon.sock"), "drives": drives, "argv": argv,
-            "started": time.time(),
-        })  # fmt: skip
+        self._save(
+            {
+                "name": self.name,
+                "pid": self._proc.pid,
+                "ssh_port": port,
+                "ssh_key": img.key,
+                "image": img.dir,
+                "hostname": hostname,
+                "monitor": self._path("mon.sock"),
+                "drives": drives,
+                "argv": argv,
+                "started": time.time(),
+            }
+        )
         # QEMU creates the monitor socket once its devices are set up; a taken port makes it exit before.
         deadline = time.monotonic() + 30
         while not os.path.exists(self._path("mon.sock")):

@@ -26,12 +26,32 @@ SUITE = "bookworm"
 IMAGE_SIZE = "3G"
 # What the storage-node tests need inside the guest; see notes/qemu-testbed.md for why each is there.
 PACKAGES = (
-    "linux-image-amd64", "initramfs-tools", "systemd-sysv", "udev", "dbus", "openssh-server", "python3",
+    "linux-image-amd64",
+    "initramfs-tools",
+    "systemd-sysv",
+    "udev",
+    "dbus",
+    "openssh-server",
+    "python3",
     "python3-apt",  # Ansible's apt module needs it in check mode (it cannot install it then)
-    "mdadm", "xfsprogs", "nvme-cli", "nfs-kernel-server", "nfs-common", "rdma-core", "ibverbs-utils",
-    "rdmacm-utils", "perftest", "iproute2", "iputils-ping", "procps", "kmod", "fio", "less", "pciutils",
+    "mdadm",
+    "xfsprogs",
+    "nvme-cli",
+    "nfs-kernel-server",
+    "nfs-common",
+    "rdma-core",
+    "ibverbs-utils",
+    "rdmacm-utils",
+    "perftest",
+    "iproute2",
+    "iputils-ping",
+    "procps",
+    "kmod",
+    "fio",
+    "less",
+    "pciutils",
     "util-linux",
-)  # fmt: skip
+)
 # MODULES=list with just what mounts the root disk: a 7 MiB initrd instead of 36 MiB boots ~5 s faster.
 INITRD_MODULES = ("virtio_pci", "virtio_blk", "virtio_net", "ext4", "crc32c_generic")
 
@@ -52,7 +72,8 @@ mkdir -p "$R/etc/systemd/network"
 printf '[Match]\nName=ens3\n[Network]\nDHCP=ipv4\n[DHCPv4]\nUseDomains=no\n' > "$R/etc/systemd/network/50-dhcp.network"
 chroot "$R" systemctl enable systemd-networkd ssh
 # Root logs in by key only.
-printf 'PermitRootLogin prohibit-password\nPasswordAuthentication no\nUseDNS no\n' > "$R/etc/ssh/sshd_config.d/kvtier.conf"
+printf 'PermitRootLogin prohibit-password\nPasswordAuthentication no\nUseDNS no\n' \
+  > "$R/etc/ssh/sshd_config.d/kvtier.conf"
 printf 'MODULES=list\n' > "$R/etc/initramfs-tools/conf.d/kvtier-modules"
 printf '%s\n' @INITRD_MODULES@ >> "$R/etc/initramfs-tools/modules"
 chroot "$R" update-initramfs -u -k all
@@ -152,11 +173,20 @@ def _build_into(out: str) -> None:
     rootfs = os.path.join(out, "rootfs")
     try:
         subprocess.run(
-            ["mmdebstrap", "--quiet", "--mode=root", "--variant=minbase", "--include=" + ",".join(PACKAGES),
-             "--skip=cleanup/apt/lists",  # keep package lists, as a real host has them (check mode needs them)
-             "--customize-hook=" + hook, SUITE, rootfs, MIRROR],
+            [
+                "mmdebstrap",
+                "--quiet",
+                "--mode=root",
+                "--variant=minbase",
+                "--include=" + ",".join(PACKAGES),
+                "--skip=cleanup/apt/lists",  # keep package lists, as a real host has them (check mode needs them)
+                "--customize-hook=" + hook,
+                SUITE,
+                rootfs,
+                MIRROR,
+            ],
             check=True,
-        )  # fmt: skip
+        )
         # Exactly one kernel is installed; take it and its initrd out for -kernel/-initrd.
         for pattern, name in (("vmlinuz-*", "vmlinuz"), ("initrd.img-*", "initrd.img")):
             found = glob.glob(os.path.join(rootfs, "boot", pattern))

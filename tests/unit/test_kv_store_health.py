@@ -7,15 +7,25 @@ from tests.unit.test_resp_probe import redis_server  # noqa: F401  (fixture)
 
 
 def params(port, **kw):
-    base = dict(host="127.0.0.1", port=port, username="probe", password="probe-password-1234567",
-                expect_auth_required=False, expect_config={}, roundtrip=False, timeout=5.0)
+    base = dict(
+        host="127.0.0.1",
+        port=port,
+        username="probe",
+        password="probe-password-1234567",
+        expect_auth_required=False,
+        expect_config={},
+        roundtrip=False,
+        timeout=5.0,
+    )
     base.update(kw)
     return base
 
 
 def test_healthy_server_reports_identity_and_memory(redis_server):  # noqa: F811
-    result, failures = mod.probe(params(redis_server, expect_auth_required=True, roundtrip=True,
-                                        expect_config={"save": "", "appendonly": "no"}), check_mode=False)
+    result, failures = mod.probe(
+        params(redis_server, expect_auth_required=True, roundtrip=True, expect_config={"save": "", "appendonly": "no"}),
+        check_mode=False,
+    )
     assert failures == []
     assert result["flavor"] in ("redis", "valkey")
     assert result["roundtrip"] == "ok"

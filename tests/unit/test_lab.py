@@ -15,8 +15,13 @@ class FakeVM:
     """Only what the inventory needs of a started VM (no QEMU here)."""
 
     def instance_config(self):
-        return {"instance": lab.STORAGE, "address": "127.0.0.1", "user": "root", "port": 2222,
-                "identity_file": "/nonexistent/key"}
+        return {
+            "instance": lab.STORAGE,
+            "address": "127.0.0.1",
+            "user": "root",
+            "port": 2222,
+            "identity_file": "/nonexistent/key",
+        }
 
 
 def lab_inventory(tmp_path, monkeypatch):

@@ -9,27 +9,35 @@ from kvtier.lab.runner import run_playbook
 def make_project(tmp_path, tasks: str):
     (tmp_path / "playbooks").mkdir()
     (tmp_path / "ansible.cfg").write_text("[defaults]\nstdout_callback = default\n")
-    (tmp_path / "playbooks" / "site.yml").write_text(textwrap.dedent("""\
+    (tmp_path / "playbooks" / "site.yml").write_text(
+        textwrap.dedent("""\
         - name: Test play
           hosts: all
           gather_facts: false
           tasks:
-        """) + textwrap.indent(textwrap.dedent(tasks), "    "))
+        """)
+        + textwrap.indent(textwrap.dedent(tasks), "    ")
+    )
     inventory = tmp_path / "hosts.yml"
-    inventory.write_text(f"all:\n  hosts:\n    box:\n      ansible_connection: local\n"
-                         f"      ansible_python_interpreter: {sys.executable}\n")
+    inventory.write_text(
+        f"all:\n  hosts:\n    box:\n      ansible_connection: local\n"
+        f"      ansible_python_interpreter: {sys.executable}\n"
+    )
     return inventory
 
 
 def test_check_mode_reports_the_change_and_makes_none(tmp_path):
     target = tmp_path / "written"
-    inventory = make_project(tmp_path, f"""\
+    inventory = make_project(
+        tmp_path,
+        f"""\
         - name: Write a file
           ansible.builtin.copy:
             content: "hello\\n"
             dest: {target}
             mode: "0644"
-        """)
+        """,
+    )
     lines = []
     ok, changed, _, failures = run_playbook(tmp_path, "site.yml", inventory, out=lines.append, check=True)
     assert (ok, changed, failures) == (True, 1, [])
@@ -43,21 +51,27 @@ def test_check_mode_reports_the_change_and_makes_none(tmp_path):
 
 
 def test_a_failure_is_returned_with_its_message(tmp_path):
-    inventory = make_project(tmp_path, """\
+    inventory = make_project(
+        tmp_path,
+        """\
         - name: Refuse
           ansible.builtin.fail:
             msg: the inventory is wrong
-        """)
+        """,
+    )
     ok, changed, _, failures = run_playbook(tmp_path, "site.yml", inventory, out=lambda _: None)
     assert (ok, changed) == (False, 0)
     assert failures == ["box: Refuse: the inventory is wrong"]
 
 
 def test_a_run_that_stops_before_any_task_says_why(tmp_path):
-    inventory = make_project(tmp_path, """\
+    inventory = make_project(
+        tmp_path,
+        """\
         - name: Broken
           ansible.builtin.no_such_module:
-        """)
+        """,
+    )
     ok, _, _, failures = run_playbook(tmp_path, "site.yml", inventory, out=lambda _: None)
     assert not ok
     assert any("no_such_module" in line for line in failures)
@@ -65,9 +79,12 @@ def test_a_run_that_stops_before_any_task_says_why(tmp_path):
 
 def test_ansible_playbook_is_found_without_the_venv_on_path(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", "/usr/bin:/bin")  # as when .venv/bin/kvtier is run directly
-    inventory = make_project(tmp_path, """\
+    inventory = make_project(
+        tmp_path,
+        """\
         - name: Nothing
           ansible.builtin.debug:
             msg: hello
-        """)
+        """,
+    )
     assert run_playbook(tmp_path, "site.yml", inventory, out=lambda _: None)[:2] == (True, 0)

@@ -62,5 +62,8 @@ def test_down_runs_every_step_and_reports_what_failed(monkeypatch):
 
     assert lab.down(out=lines.append) == 1
     assert calls == ["vm", "sparks", "fabric", "inventory"]
-    assert lines == ["removed VM kvtier-storage, tap kvtlab0", "failed: podman volume rm kvtier-lab-l3: device busy",
-                     "still there: podman volume kvtier-lab-l3"]
+    assert lines == [
+        "removed VM kvtier-storage, tap kvtlab0",
+        "failed: podman volume rm kvtier-lab-l3: device busy",
+        "still there: podman volume kvtier-lab-l3",
+    ]

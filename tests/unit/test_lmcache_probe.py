@@ -160,8 +160,11 @@ def test_p2p_registered_with_its_peer_passes():
 
 def test_p2p_problems_name_what_is_missing():
     assert probe.p2p_problems(probe.status_summary(json.loads(_text("lmcache_status_idle.json"))), 0) == [
-        "LMCache P2P is not enabled on this server (no --coordinator-url/--p2p-advertise-url took effect)"]
+        "LMCache P2P is not enabled on this server (no --coordinator-url/--p2p-advertise-url took effect)"
+    ]
     assert probe.p2p_problems(_with_p2p(p2p_enabled=True, p2p_state="unregistered", p2p_peers=[]), 0) == [
-        "LMCache P2P state is 'unregistered', not 'registered' with the coordinator"]
+        "LMCache P2P state is 'unregistered', not 'registered' with the coordinator"
+    ]
     assert probe.p2p_problems(_with_p2p(p2p_enabled=True, p2p_state="registered", p2p_peers=[]), 1) == [
-        "LMCache P2P sees 0 peer(s) [], expected at least 1"]
+        "LMCache P2P sees 0 peer(s) [], expected at least 1"
+    ]

@@ -64,10 +64,14 @@ def test_trailing_slash_is_the_same_mount():
 
 
 def test_escaped_paths_and_the_last_mount_wins():
-    mounts = ("srv:/a /mnt/my\\040cache nfs4 rw,vers=4.2,proto=tcp,port=2049 0 0\n"
-              "srv:/a /mnt/my\\040cache nfs4 rw,vers=4.2,proto=rdma,port=20049 0 0\n")
-    stats = ("device srv:/a mounted on /mnt/my\\040cache with fstype nfs4 statvers=1.1\n"
-             "\topts:\trw,vers=4.2,proto=rdma\n\txprt:\trdma 0 0 1 0 0 5 5 0 5 0\n")
+    mounts = (
+        "srv:/a /mnt/my\\040cache nfs4 rw,vers=4.2,proto=tcp,port=2049 0 0\n"
+        "srv:/a /mnt/my\\040cache nfs4 rw,vers=4.2,proto=rdma,port=20049 0 0\n"
+    )
+    stats = (
+        "device srv:/a mounted on /mnt/my\\040cache with fstype nfs4 statvers=1.1\n"
+        "\topts:\trw,vers=4.2,proto=rdma\n\txprt:\trdma 0 0 1 0 0 5 5 0 5 0\n"
+    )
     f = nfs.describe("/mnt/my cache", mounts, stats)
     assert f["proto"] == "rdma" and f["rdma"] is True
     # An unknown layout (another kernel) keeps the shared fields and the raw values.
@@ -83,8 +87,10 @@ def test_proto_rdma_without_an_xprt_line_is_not_proof():
 
 def test_mixed_transports_are_not_rdma():
     mounts = "srv:/a /mnt/x nfs4 rw,vers=4.2,proto=rdma,port=20049 0 0\n"
-    stats = ("device srv:/a mounted on /mnt/x with fstype nfs4 statvers=1.1\n"
-             "\txprt:\trdma 0 0 1 0 0 5 5 0 5 0\n\txprt:\ttcp 0 0 1 0 0 5 5 0 5 0 1 0 0\n")
+    stats = (
+        "device srv:/a mounted on /mnt/x with fstype nfs4 statvers=1.1\n"
+        "\txprt:\trdma 0 0 1 0 0 5 5 0 5 0\n\txprt:\ttcp 0 0 1 0 0 5 5 0 5 0 1 0 0\n"
+    )
     f = nfs.describe("/mnt/x", mounts, stats)
     assert f["rdma"] is False and f["xprt"] == "rdma"
     assert "over RDMA+TCP, not RDMA (proto=rdma, xprt rdma+tcp)" in nfs.problems(f)[0]
@@ -114,8 +120,9 @@ def run_module(monkeypatch, capsys, args, case):
 
 
 def test_module_reports_rdma_unchanged_in_check_mode(monkeypatch, capsys):
-    out = run_module(monkeypatch, capsys, {"_ansible_check_mode": True, "path": MNT, "port": 20049, "vers": "4.2"}, "rdma")
+    out = run_module(
+        monkeypatch, capsys, {"_ansible_check_mode": True, "path": MNT, "port": 20049, "vers": "4.2"}, "rdma"
+    )
     assert out["changed"] is False and "failed" not in out
     assert out["ansible_facts"]["kvtier_nfs_mount"]["xprt"] == "rdma"
     assert out["problems"] == []
-

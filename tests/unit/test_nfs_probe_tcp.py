@@ -5,6 +5,7 @@ the rxe link deleted and the share mounted with proto=tcp at the nfs_client moun
 from kvtier.probes import nfs
 from tests.unit.test_nfs_probe import MNT, facts, run_module
 
+
 def test_tcp_mount_is_refused_with_what_to_fix():
     f = facts("tcp")
     assert (f["proto"], f["xprt"], f["rdma"]) == ("tcp", "tcp", False)

@@ -11,7 +11,10 @@ ROLE_FILES = pathlib.Path(__file__).resolve().parents[2] / "roles" / "vllm_lmcac
 
 # A stand-in for a NIXL build: the same module layout and the same agent construction as nixl 1.5.1's
 # _api.py (a config object whose pthrDelay is set to 0, then nixlBind.nixlAgent(name, config)).
-FAKE_BINDINGS = "class nixlAgentConfig:\n    pthrDelay = None\n\ndef nixlAgent(name, config):\n    return (name, config.pthrDelay)\n"
+FAKE_BINDINGS = (
+    "class nixlAgentConfig:\n    pthrDelay = None\n\n"
+    "def nixlAgent(name, config):\n    return (name, config.pthrDelay)\n"
+)
 FAKE_API = textwrap.dedent("""
     from . import _bindings as nixlBind
     def make_agent(name):
@@ -33,9 +36,13 @@ def run_with_hook(tmp_path, env_value):
     if env_value is not None:
         env["KVTIER_NIXL_PROGRESS_DELAY_US"] = env_value
     # site.addsitedir processes the .pth file as the venv's site-packages would at interpreter start.
-    code = (f"import site; site.addsitedir({str(site)!r})\n"
-            "import nixl_cu12._api as api\nprint(api.make_agent('A')[1], api.make_agent('B')[1])")
-    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout.split()
+    code = (
+        f"import site; site.addsitedir({str(site)!r})\n"
+        "import nixl_cu12._api as api\nprint(api.make_agent('A')[1], api.make_agent('B')[1])"
+    )
+    return subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True
+    ).stdout.split()
 
 
 def test_the_lmcache_servers_agents_get_the_delay(tmp_path):

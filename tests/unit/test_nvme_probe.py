@@ -62,7 +62,9 @@ def test_flat_nvme_list_from_nvme_cli_2_3():
 def test_nested_nvme_list_gives_the_same_drives_plus_controller():
     flat = nvme.parse_nvme_list(cmd_output("blank", "nvme list -o json"))
     nested = nvme.parse_nvme_list((FIX / "nvme-list-v.json").read_text())
-    assert [(d["name"], d["serial"], d["model"]) for d in nested] == [(d["name"], d["serial"], d["model"]) for d in flat]
+    assert [(d["name"], d["serial"], d["model"]) for d in nested] == [
+        (d["name"], d["serial"], d["model"]) for d in flat
+    ]
     assert nested[0]["controller"] == "nvme0"
     assert nested[0]["transport"] == "pcie"
     assert nested[0]["address"].startswith("0000:00:")
@@ -71,15 +73,49 @@ def test_nested_nvme_list_gives_the_same_drives_plus_controller():
 
 
 def test_nvme_list_strips_padding_and_reads_multipath_namespaces():
-    doc = {"Devices": [{"HostNQN": "h", "Subsystems": [{
-        "Subsystem": "nvme-subsys0",
-        "Controllers": [{"Controller": "nvme0", "SerialNumber": "S1      ", "ModelNumber": "Solidigm SBFPF2BU153T" + " " * 19}],
-        "Namespaces": [{"NameSpace": "nvme0n1", "NSID": 1, "SectorSize": 4096, "PhysicalSize": 15360950534144,
-                        "Paths": [{"Path": "nvme0c0n1", "Controller": "nvme0", "SerialNumber": "S1  ",
-                                   "ModelNumber": "SOLIDIGM SBFPF2BU153T  ", "Firmware": "7CV10100"}]}],
-    }]}]}  # fmt: skip
+    doc = {
+        "Devices": [
+            {
+                "HostNQN": "h",
+                "Subsystems": [
+                    {
+                        "Subsystem": "nvme-subsys0",
+                        "Controllers": [
+                            {
+                                "Controller": "nvme0",
+                                "SerialNumber": "S1      ",
+                                "ModelNumber": "Solidigm SBFPF2BU153T" + " " * 19,
+                            }
+                        ],
+                        "Namespaces": [
+                            {
+                                "NameSpace": "nvme0n1",
+                                "NSID": 1,
+                                "SectorSize": 4096,
+                                "PhysicalSize": 15360950534144,
+                                "Paths": [
+                                    {
+                                        "Path": "nvme0c0n1",
+                                        "Controller": "nvme0",
+                                        "SerialNumber": "S1  ",
+                                        "ModelNumber": "SOLIDIGM SBFPF2BU153T  ",
+                                        "Firmware": "7CV10100",
+                                    }
+                                ],
+                            }
+                        ],
+                    }
+                ],
+            }
+        ]
+    }
     (ns,) = nvme.parse_nvme_list(doc)
-    assert (ns["name"], ns["serial"], ns["model"], ns["firmware"]) == ("nvme0n1", "S1", "SOLIDIGM SBFPF2BU153T", "7CV10100")
+    assert (ns["name"], ns["serial"], ns["model"], ns["firmware"]) == (
+        "nvme0n1",
+        "S1",
+        "SOLIDIGM SBFPF2BU153T",
+        "7CV10100",
+    )
 
 
 def test_empty_nvme_list():
@@ -106,8 +142,14 @@ def test_lba_format_index_uses_the_high_bits_past_16_formats():
 
 
 def test_id_ns_of_newer_nvme_cli_with_in_use_flags():
-    doc = {"nlbaf": 1, "flbas": 0, "lbafs": [{"lbaf": 0, "ms": 0, "ds": 9, "rp": 2, "in_use": 0},
-                                             {"lbaf": 1, "ms": 0, "ds": 12, "rp": 0, "in_use": 1}]}  # fmt: skip
+    doc = {
+        "nlbaf": 1,
+        "flbas": 0,
+        "lbafs": [
+            {"lbaf": 0, "ms": 0, "ds": 9, "rp": 2, "in_use": 0},
+            {"lbaf": 1, "ms": 0, "ds": 12, "rp": 0, "in_use": 1},
+        ],
+    }
     info = nvme.parse_id_ns(doc)
     assert [f["in_use"] for f in info["lba_formats"]] == [False, True]
 
@@ -205,9 +247,13 @@ def test_used_drives_report_partitions_signatures_and_mounts():
     assert part["partitions"] == ["nvme6n1p1"]
     assert [m["target"] for m in part["mounts"]] == ["/mnt/p1"]
     assert {s["device"]: s.get("type") or s.get("pttype") for s in part["signatures"]} == {
-        "/dev/nvme6n1": "dos", "/dev/nvme6n1p1": "ext4"}  # fmt: skip
+        "/dev/nvme6n1": "dos",
+        "/dev/nvme6n1p1": "ext4",
+    }
     assert "mounted at /mnt/p1 (via nvme6n1p1)" in part["in_use"]
-    assert [d["serial"] for d in facts["drives"] if d["empty"]] == [s for s in SERIALS if s not in ("KVT0000006", "KVT0000007")]
+    assert [d["serial"] for d in facts["drives"] if d["empty"]] == [
+        s for s in SERIALS if s not in ("KVT0000006", "KVT0000007")
+    ]
 
 
 def test_healthy_raid0_reports_chunk_members_and_a_record():
@@ -295,8 +341,24 @@ def fake_system(tmp_path, mounts, tree, links=()):
 
 def one_drive_run(argv):
     if argv[:2] == ["nvme", "list"]:
-        return 0, json.dumps({"Devices": [{"NameSpace": 1, "DevicePath": "/dev/nvme0n1", "SerialNumber": "S0",
-                                           "ModelNumber": "M", "Firmware": "F", "SectorSize": 512}]}), ""  # fmt: skip
+        return (
+            0,
+            json.dumps(
+                {
+                    "Devices": [
+                        {
+                            "NameSpace": 1,
+                            "DevicePath": "/dev/nvme0n1",
+                            "SerialNumber": "S0",
+                            "ModelNumber": "M",
+                            "Firmware": "F",
+                            "SectorSize": 512,
+                        }
+                    ]
+                }
+            ),
+            "",
+        )
     return 2, "", ""  # no id-ns, no signatures, no mdadm
 
 
@@ -304,10 +366,14 @@ def test_root_on_lvm_over_a_partition_is_detected(tmp_path):
     root = fake_system(
         tmp_path,
         "/dev/mapper/vg-root / ext4 rw 0 0\n",
-        {"nvme0n1/size": "100", "nvme0n1/nvme0n1p2/partition": "2", "nvme0n1/nvme0n1p2/holders/dm-0": "",
-         "dm-0/size": "50"},
+        {
+            "nvme0n1/size": "100",
+            "nvme0n1/nvme0n1p2/partition": "2",
+            "nvme0n1/nvme0n1p2/holders/dm-0": "",
+            "dm-0/size": "50",
+        },
         links=[("dev/mapper/vg-root", "../dm-0")],
-    )  # fmt: skip
+    )
     (d,) = nvme.collect(run=one_drive_run, root=root, id_ns=False)["drives"]
     assert d["backs_root"] and not d["empty"]
     assert d["in_use"][0] == "backs the root filesystem"
@@ -318,10 +384,18 @@ def test_root_on_md_over_partitions_is_detected(tmp_path):
     root = fake_system(
         tmp_path,
         "/dev/md127 / ext4 rw 0 0\n",
-        {"nvme0n1/size": "100", "nvme0n1/nvme0n1p1/partition": "1", "nvme0n1/nvme0n1p1/holders/md127": "",
-         "md127/size": "90", "md127/md/level": "raid1", "md127/md/raid_disks": "2", "md127/md/array_state": "clean",
-         "md127/md/dev-nvme0n1p1/slot": "0", "md127/md/dev-nvme0n1p1/state": "in_sync"},
-    )  # fmt: skip
+        {
+            "nvme0n1/size": "100",
+            "nvme0n1/nvme0n1p1/partition": "1",
+            "nvme0n1/nvme0n1p1/holders/md127": "",
+            "md127/size": "90",
+            "md127/md/level": "raid1",
+            "md127/md/raid_disks": "2",
+            "md127/md/array_state": "clean",
+            "md127/md/dev-nvme0n1p1/slot": "0",
+            "md127/md/dev-nvme0n1p1/state": "in_sync",
+        },
+    )
     facts = nvme.collect(run=one_drive_run, root=root, id_ns=False)
     (d,) = facts["drives"]
     assert d["backs_root"] and d["md_arrays"] == ["md127"]
@@ -333,8 +407,11 @@ def test_root_on_md_over_partitions_is_detected(tmp_path):
 
 
 def test_raid5_faulty_member_and_lost_redundancy():
-    members = [{"name": "a", "slot": 0, "state": "in_sync"}, {"name": "b", "slot": 1, "state": "faulty"},
-               {"name": "c", "slot": 2, "state": "in_sync"}]  # fmt: skip
+    members = [
+        {"name": "a", "slot": 0, "state": "in_sync"},
+        {"name": "b", "slot": 1, "state": "faulty"},
+        {"name": "c", "slot": 2, "state": "in_sync"},
+    ]
     sysmd = {"level": "raid5", "raid_disks": 3, "array_state": "clean", "members": members}
     one = nvme.md_facts("md1", sysmd, {}, {}, {"a": "A", "b": "B", "c": "C"}, None)
     assert one["health"] == "degraded" and one["missing"][0]["reason"] == "faulty"

@@ -19,10 +19,15 @@ GOOD = INVENTORIES / "good"
 
 def run_preflight(tmp_path, *inventories, extra=(), hardware=False):
     """(return code, the messages of every failed task) of one ansible-playbook run."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
-               ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.json",  # not profile_tasks: stdout stays JSON
-               ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"),
-               ANSIBLE_NOCOLOR="1", ANSIBLE_DEPRECATION_WARNINGS="false")
+    env = dict(
+        os.environ,
+        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
+        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
+        ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.json",  # not profile_tasks: stdout stays JSON
+        ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"),
+        ANSIBLE_NOCOLOR="1",
+        ANSIBLE_DEPRECATION_WARNINGS="false",
+    )
     args = [str(pathlib.Path(sys.executable).parent / "ansible-playbook"), "playbooks/preflight.yml"]
     for inventory in inventories:
         args += ["-i", str(inventory)]
@@ -51,23 +56,38 @@ def test_example_inventory_only_lacks_real_secrets(tmp_path):
     """inventory/example is complete: the vault placeholders are the only thing an operator must replace."""
     rc, messages = run_preflight(tmp_path, ROOT / "inventory" / "example")
     assert rc != 0
-    assert [m.split(":")[0] for m in messages] == ["kv_store_lmcache_password still has an example value",
-                                                   "kv_store_admin_password still has an example value"]
+    assert [m.split(":")[0] for m in messages] == [
+        "kv_store_lmcache_password still has an example value",
+        "kv_store_admin_password still has an example value",
+    ]
 
 
 def test_controller_versions_collections_and_libraries(tmp_path):
-    rc, messages = run_preflight(tmp_path, GOOD, extra=[
-        "-e", "preflight_ansible_min=2.99", "-e", "preflight_ansible_max=3.0",
-        "-e", f"preflight_requirements_file={ROOT / 'tests/fixtures/preflight_requirements.yml'}",
-        "-e", '{"preflight_python_libraries": ["kvtier_no_such_library"]}'])
+    rc, messages = run_preflight(
+        tmp_path,
+        GOOD,
+        extra=[
+            "-e",
+            "preflight_ansible_min=2.99",
+            "-e",
+            "preflight_ansible_max=3.0",
+            "-e",
+            f"preflight_requirements_file={ROOT / 'tests/fixtures/preflight_requirements.yml'}",
+            "-e",
+            '{"preflight_python_libraries": ["kvtier_no_such_library"]}',
+        ],
+    )
     import ansible.release
     import ansible_collections.ansible.utils  # noqa: F401  (installed with the `ansible` bundle)
-    installed = json.loads((pathlib.Path(ansible_collections.ansible.utils.__path__[0]) / "MANIFEST.json")
-                           .read_text())["collection_info"]["version"]
+
+    installed = json.loads((pathlib.Path(ansible_collections.ansible.utils.__path__[0]) / "MANIFEST.json").read_text())[
+        "collection_info"
+    ]["version"]
     assert rc != 0
     assert messages == [
         f"ansible-core {ansible.release.__version__} is not supported: kvtier needs >= 2.99 and < 3.0 "
-        f"(preflight_ansible_min, preflight_ansible_max); install the pinned set with `pip install -r requirements.lock`",
+        "(preflight_ansible_min, preflight_ansible_max); install the pinned set with `pip install -r "
+        "requirements.lock`",
         f"collection ansible.utils {installed} is older than 99.0.0 (requirements.yml): "
         f"run `ansible-galaxy collection install -r requirements.yml --upgrade`",
         "collection kvtier_test.absent is not installed (requirements.yml pins 1.0.0): "
@@ -92,8 +112,10 @@ def test_no_storage_node_and_no_sparks(tmp_path):
 def test_two_storage_nodes(tmp_path):
     rc, messages = layered(tmp_path, "two_storage")
     assert rc != 0
-    assert messages == ["group storage must have exactly one host (the storage node); it has 2 (kv-storage01, "
-                        "kv-storage02): put the one storage node under all.children.storage.hosts"]
+    assert messages == [
+        "group storage must have exactly one host (the storage node); it has 2 (kv-storage01, "
+        "kv-storage02): put the one storage node under all.children.storage.hosts"
+    ]
 
 
 def test_address_outside_the_data_network(tmp_path):
@@ -111,23 +133,29 @@ def test_duplicate_data_address(tmp_path):
     rc, messages = layered(tmp_path, "duplicate_address")
     assert rc != 0
     # The cluster spec also reports the ports the two nodes would share on that address.
-    assert messages[0] == ("address 10.10.0.21 is used by more than one host: spark01 (kvtier_data_address), "
-                           "spark02 (kvtier_data_address): give each node its own address")
+    assert messages[0] == (
+        "address 10.10.0.21 is used by more than one host: spark01 (kvtier_data_address), "
+        "spark02 (kvtier_data_address): give each node its own address"
+    )
 
 
 def test_mtu_mismatch(tmp_path):
     rc, messages = layered(tmp_path, "mtu_mismatch")
     assert rc != 0
-    assert messages == ["roce_mtu differs between nodes (1500 on spark01; 9000 on kv-storage01, spark02, spark03, "
-                        "spark04): the RDMA path MTU follows the smallest and mismatched MTUs drop large frames; set "
-                        "one roce_mtu for all nodes (group_vars/all)"]
+    assert messages == [
+        "roce_mtu differs between nodes (1500 on spark01; 9000 on kv-storage01, spark02, spark03, "
+        "spark04): the RDMA path MTU follows the smallest and mismatched MTUs drop large frames; set "
+        "one roce_mtu for all nodes (group_vars/all)"
+    ]
 
 
 def test_invalid_cluster_spec(tmp_path):
     rc, messages = layered(tmp_path, "tier_spec")
     assert rc != 0
-    assert messages == ["kvtier_cluster: lmcache.chunk_size 100 is not a multiple of vllm.block_size 16: the LMCache "
-                        "connector refuses to start; set lmcache.chunk_size to a multiple of 16 (e.g. 96 or 112)"]
+    assert messages == [
+        "kvtier_cluster: lmcache.chunk_size 100 is not a multiple of vllm.block_size 16: the LMCache "
+        "connector refuses to start; set lmcache.chunk_size to a multiple of 16 (e.g. 96 or 112)"
+    ]
 
 
 def test_tiers_disagree_with_the_storage_node(tmp_path):
@@ -175,7 +203,8 @@ def test_misspelt_removed_and_internal_variables(tmp_path):
         "kv_store_flavors (set for kv-storage01) is internal to role kv_store (roles/kv_store/vars/main.yml) and "
         "overrides nothing from the inventory: remove it",
         "nvme_raid_members (set for kv-storage01) was removed: list the members by serial in nvme_raid_serials",
-        "roce_mtus (set for spark01) is not a variable of any kvtier role (did you mean roce_mtu?): rename or remove it",
+        "roce_mtus (set for spark01) is not a variable of any kvtier role (did you mean roce_mtu?): rename or "
+        "remove it",
     ]
 
 
@@ -183,11 +212,18 @@ def test_hardware_of_this_machine_does_not_match(tmp_path):
     """The fixture's hosts are this machine (connection local): no RoCE NIC, no 3 TB of memory, no 8 Solidigm drives."""
     rc, messages = layered(tmp_path, "hardware", hardware=True, extra=["--limit", "kv-storage01,spark01"])
     assert rc != 0
-    assert any(m.startswith("host spark01: memory budget model.weights_gib 16.4 + vllm.gpu_kv_cache_gib 40 + "
-                            "lmcache.l0_dram_gib 3000 + memory.runtime_overhead_gib 4 + memory.os_reserve_gib 8 = "
-                            "3068.4 GiB is more than the ") for m in messages), messages
-    assert any(m.startswith("host spark01: roce_interface enp1s0f0np0 is not a network interface of the host (found: ")
-               for m in messages), messages
+    assert any(
+        m.startswith(
+            "host spark01: memory budget model.weights_gib 16.4 + vllm.gpu_kv_cache_gib 40 + "
+            "lmcache.l0_dram_gib 3000 + memory.runtime_overhead_gib 4 + memory.os_reserve_gib 8 = "
+            "3068.4 GiB is more than the "
+        )
+        for m in messages
+    ), messages
+    assert any(
+        m.startswith("host spark01: roce_interface enp1s0f0np0 is not a network interface of the host (found: ")
+        for m in messages
+    ), messages
     nvme_problems = [m for m in messages if m.startswith("host kv-storage01: ") and "NVMe drive" in m]
     if shutil.which("nvme"):
         assert nvme_problems, messages
@@ -198,9 +234,23 @@ def test_hardware_of_this_machine_does_not_match(tmp_path):
 def test_site_yml_stops_before_the_storage_play(tmp_path):
     """site.yml runs preflight first: a bad inventory never reaches a play that touches a host."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path))
-    proc = subprocess.run([str(pathlib.Path(sys.executable).parent / "ansible-playbook"), "playbooks/site.yml",
-                           "-i", str(GOOD), "-i", str(INVENTORIES / "tier_spec"), "--skip-tags", "preflight_hardware"],
-                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [
+            str(pathlib.Path(sys.executable).parent / "ansible-playbook"),
+            "playbooks/site.yml",
+            "-i",
+            str(GOOD),
+            "-i",
+            str(INVENTORIES / "tier_spec"),
+            "--skip-tags",
+            "preflight_hardware",
+        ],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode != 0
     assert "kvtier preflight found" in proc.stdout + proc.stderr
     assert "Storage node - NVMe RAID0" not in proc.stdout

@@ -31,7 +31,9 @@ def target(node, vllm_port=8000):
     data = spec_dict()
     data["nodes"] = {"spark01": {"data_address": "10.10.0.21", "ports": {"vllm_http": vllm_port}}}
     data["p2p"]["coordinator"]["node"] = "spark01"
-    return Target(spec=load_spec(data), nodes={"spark01": node}, l2_admin_user="kvtier-admin", l2_admin_password="x" * 24)
+    return Target(
+        spec=load_spec(data), nodes={"spark01": node}, l2_admin_user="kvtier-admin", l2_admin_password="x" * 24
+    )
 
 
 def hit(tier, cached, delta, attempt=1, why="", source=""):
@@ -70,9 +72,12 @@ class _DeadEngine(http.server.BaseHTTPRequestHandler):
 def test_a_failed_request_says_why_from_the_vllm_journal():
     server = http.server.HTTPServer(("127.0.0.1", 0), _DeadEngine)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    journal = ("INFO 12-03 07:48:22 [core.py:1] serving\n"
-               "ERROR 12-03 07:48:28 [multiproc_executor.py:315] Worker proc VllmWorker-0 died unexpectedly (exit code: -4)\n"
-               "ERROR 12-03 07:48:28 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: EngineCore encountered an issue.\n")  # fmt: skip
+    journal = (
+        "INFO 12-03 07:48:22 [core.py:1] serving\n"
+        "ERROR 12-03 07:48:28 [multiproc_executor.py:315] Worker proc VllmWorker-0 died unexpectedly (exit code: -4)\n"
+        "ERROR 12-03 07:48:28 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: EngineCore "
+        "encountered an issue.\n"
+    )
     proof = tiers.Proof(target(ScriptedNode("spark01", journal), server.server_port))
     try:
         with pytest.raises(tiers.EngineFailed) as failure:
@@ -138,7 +143,8 @@ def test_lmcache_warnings_are_read_from_the_journal_without_colours_or_source_lo
         "\x1b[32;20m[2026-12-03 10:17:07,304] LMCache INFO:\x1b[0m P2P lookup submitted: task_id=0 "
         "\x1b[3m(p2p_controller.py:309:lmcache.v1.multiprocess.modules.p2p_controller)\x1b[0m\n"
         "\x1b[33;20m[2026-12-03 10:22:26,995] LMCache WARNING:\x1b[0m P2P lookup submit to tcp://10.213.7.22:5555 "
-        "timed out; treating as a miss \x1b[3m(p2p_l2_adapter.py:234:lmcache.v1.distributed.l2_adapters.p2p_l2_adapter)\x1b[0m\n"
+        "timed out; treating as a miss "
+        "\x1b[3m(p2p_l2_adapter.py:234:lmcache.v1.distributed.l2_adapters.p2p_l2_adapter)\x1b[0m\n"
         "[2026-12-03 10:22:27,001] LMCache ERROR: transfer failed (nixl_impl.py:150:lmcache.v1.distributed)\n"
     )
     node = ScriptedNode("spark01", journal)
@@ -147,16 +153,19 @@ def test_lmcache_warnings_are_read_from_the_journal_without_colours_or_source_lo
         "WARNING: P2P lookup submit to tcp://10.213.7.22:5555 timed out; treating as a miss",
         "ERROR: transfer failed",
     ]
-    assert node.calls == [("journalctl", "--unit", "kvtier-lmcache.service", "--since", "@1764757000",
-                           "--output", "cat", "--no-pager")]  # fmt: skip
+    assert node.calls == [
+        ("journalctl", "--unit", "kvtier-lmcache.service", "--since", "@1764757000", "--output", "cat", "--no-pager")
+    ]
     assert proof.lmcache_warnings("spark01", since=0, keep=1) == ["ERROR: transfer failed"]
 
 
 def test_counters_are_read_by_the_probe_code_on_the_node(tmp_path):
     class Metrics(http.server.BaseHTTPRequestHandler):
         def do_GET(self):  # noqa: N802
-            body = ('lmcache_mp_lookup_hit_l1_tokens_total 1504.0\n'
-                    'lmcache_mp_l2_load_completed_requests_total{l2_name="resp"} 2.0\n').encode()
+            body = (
+                "lmcache_mp_lookup_hit_l1_tokens_total 1504.0\n"
+                'lmcache_mp_l2_load_completed_requests_total{l2_name="resp"} 2.0\n'
+            ).encode()
             self.send_response(200)
             self.end_headers()
             self.wfile.write(body)
@@ -167,9 +176,13 @@ def test_counters_are_read_by_the_probe_code_on_the_node(tmp_path):
     server = http.server.HTTPServer(("127.0.0.1", 0), Metrics)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     t = target(ScriptedNode("spark01"))
-    t.spec = load_spec({**spec_dict(), "nodes": {"spark01": {"data_address": "10.10.0.21",
-                                                             "ports": {"lmcache_http": server.server_port}}},
-                        "p2p": {"coordinator": {"node": "spark01", "port": 9300}}})  # fmt: skip
+    t.spec = load_spec(
+        {
+            **spec_dict(),
+            "nodes": {"spark01": {"data_address": "10.10.0.21", "ports": {"lmcache_http": server.server_port}}},
+            "p2p": {"coordinator": {"node": "spark01", "port": 9300}},
+        }
+    )
     try:
         summary = tiers.Proof(t).counters("spark01")
     finally:
@@ -216,11 +229,20 @@ def test_kvtier_prove_without_leave_to_disturb_proves_l0_only(monkeypatch, capsy
 
 
 def test_nodes_are_reached_as_ansible_reaches_them():
-    lab = nodes.from_hostvars("spark01", {"ansible_connection": "containers.podman.podman",
-                                          "ansible_host": "kvtier-lab-spark01"})  # fmt: skip
+    lab = nodes.from_hostvars(
+        "spark01", {"ansible_connection": "containers.podman.podman", "ansible_host": "kvtier-lab-spark01"}
+    )
     assert lab.argv("journalctl", "-u", "x") == ["podman", "exec", "-i", "kvtier-lab-spark01", "journalctl", "-u", "x"]
-    real = nodes.from_hostvars("spark02", {"ansible_host": "192.168.1.22", "ansible_user": "ops", "ansible_port": 2222,
-                                           "ansible_become": True, "ansible_ssh_common_args": "-o ProxyJump=bastion"})
+    real = nodes.from_hostvars(
+        "spark02",
+        {
+            "ansible_host": "192.168.1.22",
+            "ansible_user": "ops",
+            "ansible_port": 2222,
+            "ansible_become": True,
+            "ansible_ssh_common_args": "-o ProxyJump=bastion",
+        },
+    )
     argv = real.argv("find", "/mnt/kvcache dir", "-newer", "x")
     assert argv[:6] == ["ssh", "-o", "BatchMode=yes", "-o", "ProxyJump=bastion", "-p"]
     assert argv[-2] == "ops@192.168.1.22"

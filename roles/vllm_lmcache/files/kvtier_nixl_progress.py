@@ -49,7 +49,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
             if spec is not None and spec.loader is not None and hasattr(spec.loader, "exec_module"):
                 load, delay_us = spec.loader.exec_module, self.delay_us
 
-                def exec_module(module, load=load):
+                def exec_module(module, load=load, delay_us=delay_us):
                     load(module)
                     patch(module, delay_us)
 

@@ -45,8 +45,15 @@ def vllm_lmcache_facts(spec_dict, host):
         + ([spec.p2p.transfer_package] if spec.p2p is not None and is_node else []),
         "model_path": spec.model.path,
         "served_name": spec.model.served_name,
-        "l2": None if spec.l2 is None else {"adapter": spec.l2.adapter, "host": spec.l2.host, "port": spec.l2.port,
-                                            "user": spec.l2.user, "password_var": spec.l2.password_var},
+        "l2": None
+        if spec.l2 is None
+        else {
+            "adapter": spec.l2.adapter,
+            "host": spec.l2.host,
+            "port": spec.l2.port,
+            "user": spec.l2.user,
+            "password_var": spec.l2.password_var,
+        },
         "l3_path": None if spec.l3 is None else spec.l3.path,
         "p2p": spec.p2p is not None and is_node,
         "endpoints": endpoints,

@@ -10,10 +10,20 @@ import testinfra.utils.ansible_runner
 testinfra_hosts = testinfra.utils.ansible_runner.AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"]).get_hosts("all")
 
 FLAVORS = {
-    "redis": {"package": "redis-server", "service": "redis-server", "conf": "/etc/redis/redis.conf",
-              "acl": "/etc/redis/users.acl", "data": "/var/lib/redis"},
-    "valkey": {"package": "valkey-server", "service": "valkey-server", "conf": "/etc/valkey/valkey.conf",
-               "acl": "/etc/valkey/users.acl", "data": "/var/lib/valkey"},
+    "redis": {
+        "package": "redis-server",
+        "service": "redis-server",
+        "conf": "/etc/redis/redis.conf",
+        "acl": "/etc/redis/users.acl",
+        "data": "/var/lib/redis",
+    },
+    "valkey": {
+        "package": "valkey-server",
+        "service": "valkey-server",
+        "conf": "/etc/valkey/valkey.conf",
+        "acl": "/etc/valkey/users.acl",
+        "data": "/var/lib/valkey",
+    },
 }
 
 
@@ -36,11 +46,15 @@ def address(host):
 def client(address, hostvars, who=None, **kw):
     creds = {}
     if who == "lmcache":
-        creds = {"username": hostvars.get("kv_store_lmcache_user", "lmcache"),
-                 "password": hostvars["kv_store_lmcache_password"]}
+        creds = {
+            "username": hostvars.get("kv_store_lmcache_user", "lmcache"),
+            "password": hostvars["kv_store_lmcache_password"],
+        }
     elif who == "admin":
-        creds = {"username": hostvars.get("kv_store_admin_user", "kvtier-admin"),
-                 "password": hostvars["kv_store_admin_password"]}
+        creds = {
+            "username": hostvars.get("kv_store_admin_user", "kvtier-admin"),
+            "password": hostvars["kv_store_admin_password"],
+        }
     return redis.Redis(host=address, port=6379, socket_timeout=10, **creds, **kw)
 
 
