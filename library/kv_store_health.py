@@ -21,9 +21,9 @@ options:
     type: str
     default: 127.0.0.1
   port:
-    description: TCP port.
+    description: TCP port (the kv_store role passes kv_store_port, the one definition of it).
     type: int
-    default: 6379
+    required: true
   username:
     description: ACL user to authenticate as. Leave empty for password-only C(AUTH).
     type: str
@@ -56,7 +56,8 @@ EXAMPLES = r"""
 - name: Prove the LMCache user can store and load
   kv_store_health:
     host: 10.10.0.10
-    username: lmcache
+    port: "{{ kv_store_port }}"
+    username: "{{ kv_store_lmcache_user }}"
     password: "{{ kv_store_lmcache_password }}"
     expect_auth_required: true
     roundtrip: true
@@ -176,7 +177,7 @@ def main():
     module = AnsibleModule(
         argument_spec=dict(
             host=dict(type="str", default="127.0.0.1"),
-            port=dict(type="int", default=6379),
+            port=dict(type="int", required=True),
             username=dict(type="str"),
             password=dict(type="str", no_log=True),
             expect_auth_required=dict(type="bool", default=False),

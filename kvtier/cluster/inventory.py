@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from kvtier.cluster import derive
 from kvtier.cluster.spec import CLUSTER_WIDE_KEYS, NODE_HINTS, NODE_KEYS, SpecError
 
 CLUSTER_VAR = "kvtier_cluster"
@@ -68,8 +69,11 @@ def _cluster_as_defined(hostvars, host: str, var: str):
     return plain(variables[var]) if var in variables else None
 
 
-def cluster_from_hostvars(cluster, hostvars, hosts, var: str = CLUSTER_VAR) -> dict:
+def cluster_from_hostvars(cluster, hostvars, hosts, var: str = CLUSTER_VAR, storage_vars=None) -> dict:
     """The spec dict for the serving `hosts`: `cluster` (this host's templated `var`) plus ``nodes``.
+
+    `storage_vars`: the storage node's variables (`derive.STORAGE_VARS`), from which the L2 endpoint is
+    derived where `cluster` leaves it out; None when the inventory has no single storage node.
 
     Raise SpecError when a host lacks `var`, defines it differently, sets a cluster-wide value as a host
     var, or when `cluster` already has ``nodes``.
@@ -112,6 +116,6 @@ def cluster_from_hostvars(cluster, hostvars, hosts, var: str = CLUSTER_VAR) -> d
         nodes[host] = {key: plain(hv[f"kvtier_{key}"]) for key in NODE_KEYS if f"kvtier_{key}" in hv}
     if problems:
         raise SpecError(problems)
-    spec = dict(cluster)
+    spec = derive.with_l2_endpoint(cluster, storage_vars)
     spec["nodes"] = nodes
     return spec

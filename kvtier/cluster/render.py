@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+from kvtier import passwords
 from kvtier.cluster._fields import format_number
 from kvtier.cluster.fingerprint import fingerprint
 from kvtier.cluster.spec import VALKEY_SWAPPED_CREDENTIALS, ClusterSpec, NodeSpec, SpecError, host_for_url
@@ -72,16 +73,10 @@ def _base_env(spec: ClusterSpec) -> dict:
 
 
 def _check_password(spec: ClusterSpec, password) -> str:
-    if not isinstance(password, str) or not password:
-        raise RenderError(
-            f"the L2 password is needed to render the LMCache server's environment: pass the value "
-            f"of {spec.l2.password_var} (l2.password_var)"
-        )
-    if any(c.isspace() for c in password):
-        raise RenderError(
-            f"the L2 password ({spec.l2.password_var}) contains whitespace; the kv_store role refuses "
-            f"such passwords, choose another"
-        )
+    """The L2 password, held to the same policy as on the storage node (the LMCache server's env needs it)."""
+    found = passwords.problems(password, f"{spec.l2.password_var} (the L2 password, kvtier_cluster.l2.password_var)")
+    if found:
+        raise RenderError(found[0])
     return password
 
 

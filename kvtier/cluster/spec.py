@@ -31,9 +31,8 @@ Inventory shape (``group_vars/all/kvtier.yml``; per-node values are host vars, s
       tiers: [l0, l1_p2p, l2, l3]
       l2:
         adapter: resp                     # or valkey
-        host: 10.10.0.10
-        port: 6379
-        user: lmcache
+        # host, port and user: the storage node's kvtier_data_address, kv_store_port and
+        # kv_store_lmcache_user (kvtier.cluster.derive); set them here only to point elsewhere
         password_var: kv_store_lmcache_password   # the NAME of the vaulted variable, never the password
       l3:
         adapter: fs                       # or nixl_store_dynamic
@@ -454,7 +453,8 @@ def _parse_tiers(value, problems: list) -> tuple:
 
 def _parse_l2(r: Reader, install: InstallSpec) -> L2Spec:
     adapter = r.string("adapter", "resp", choices=L2_ADAPTERS)
-    host = r.string("host", what="the Valkey/Redis address on the storage network")
+    derived = "derived from the storage node's kvtier_data_address when the inventory has one storage host"
+    host = r.string("host", what=f"the Valkey/Redis address on the storage network, {derived}")
     if host is not None and adapter == "resp":
         try:
             if ipaddress.ip_address(host).version == 6:
@@ -464,11 +464,12 @@ def _parse_l2(r: Reader, install: InstallSpec) -> L2Spec:
                 )
         except ValueError:
             pass
-    user = r.data.get("user", "lmcache")
+    user = r.data.get("user")
     password_var = r.data.get("password_var", "kv_store_lmcache_password")
     if not (isinstance(user, str) and user.strip()) or not (isinstance(password_var, str) and password_var.strip()):
         r.problems.append(
-            f"{r.label} has no credentials: set {r.name('user')} (the kv_store ACL user, e.g. lmcache) and "
+            f"{r.label} has no credentials: set {r.name('user')} (the kv_store ACL user, derived from the storage "
+            f"node's kv_store_lmcache_user when the inventory has one storage host) and "
             f"{r.name('password_var')} (the name of the vaulted variable holding its password, e.g. "
             f"kv_store_lmcache_password); the kv_store role disables the default user, and the resp adapter "
             f"without a password sends no AUTH, so every store would fail silently"
@@ -504,7 +505,7 @@ def _parse_l2(r: Reader, install: InstallSpec) -> L2Spec:
     return L2Spec(
         adapter,
         host,
-        r.port("port", 6379),
+        r.integer("port", what="a TCP port, derived from the storage node's kv_store_port", minimum=1, maximum=65535),
         user,
         password_var,
         r.integer("num_workers", 8, minimum=1),

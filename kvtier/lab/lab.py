@@ -48,7 +48,7 @@ PROVISIONING_INPUTS = (
     "roles",
     "library",
     "module_utils",
-    "filter_plugins",
+    "kvtier/passwords.py",
     "inventory/lab/group_vars",
     "kvtier/cluster",
     "kvtier/probes",

@@ -13,8 +13,11 @@ from kvtier.cluster import SpecError, cluster_from_hostvars, load_spec
 from kvtier.cluster.inventory import CLUSTER_VAR
 
 
-def spec_problems(cluster, hostvars, spark_hosts) -> tuple:
-    """(spec dict or None, problems): the spec assembled from the inventory and validated as a whole."""
+def spec_problems(cluster, hostvars, spark_hosts, storage_vars=None) -> tuple:
+    """(spec dict or None, problems): the spec assembled from the inventory and validated as a whole.
+
+    `storage_vars`: the storage node's variables the L2 endpoint derives from (`kvtier.cluster.derive`).
+    """
     if not spark_hosts:
         return None, []
     if cluster is None:
@@ -23,7 +26,7 @@ def spec_problems(cluster, hostvars, spark_hosts) -> tuple:
             f"(see kvtier/cluster/spec.py for its shape)"
         ]
     try:
-        spec_dict = cluster_from_hostvars(cluster, hostvars, spark_hosts)
+        spec_dict = cluster_from_hostvars(cluster, hostvars, spark_hosts, storage_vars=storage_vars)
         load_spec(spec_dict)
     except SpecError as exc:
         return None, [f"{CLUSTER_VAR}: {problem}" for problem in exc.problems]

@@ -8,13 +8,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from kvtier.cluster import cluster_from_hostvars, load_spec
+from kvtier.cluster import cluster_from_hostvars, derive, endpoints, load_spec
 from kvtier.cluster.spec import NODE_KEYS, ClusterSpec, SpecError
 from kvtier.inventory import Inventory, InventoryError
 from kvtier.proof import nodes
 
-SPARK_GROUP = "spark"
-STORAGE_GROUP = "storage"
+SPARK_GROUP = derive.SPARK_GROUP
 # The systemd units the vllm_lmcache role installs (roles/vllm_lmcache/vars/main.yml).
 UNITS = {"lmcache": "kvtier-lmcache.service", "vllm": "kvtier-vllm.service"}
 _CONNECTION_VARS = (
@@ -48,10 +47,10 @@ class Target:
         return self.spec.model.served_name
 
     def vllm_url(self, host: str) -> str:
-        return f"http://127.0.0.1:{self.spec.node(host).ports.vllm_http}"
+        return endpoints(self.spec, host)["vllm"]
 
     def lmcache_url(self, host: str) -> str:
-        return f"http://127.0.0.1:{self.spec.node(host).ports.lmcache_http}"
+        return endpoints(self.spec, host)["lmcache_http"]
 
     @property
     def l2_name(self) -> str | None:
@@ -71,16 +70,16 @@ def from_inventory(inventory: Inventory) -> Target:
     wanted = ("kvtier_cluster", *(f"kvtier_{k}" for k in NODE_KEYS), *_CONNECTION_VARS)
     try:
         hostvars = {host: inventory.hostvars(host, *wanted) for host in sparks}
-        spec = load_spec(cluster_from_hostvars(hostvars[sparks[0]].get("kvtier_cluster"), hostvars, sparks))
-        storage = inventory.group(STORAGE_GROUP)
-        admin = inventory.hostvars(
-            storage[0] if storage else sparks[0], "kv_store_admin_user", "kv_store_admin_password"
-        )
+        storage = inventory.group(derive.STORAGE_GROUP)
+        storage_vars = inventory.hostvars(storage[0], *derive.STORAGE_VARS) if len(storage) == 1 else None
+        cluster = hostvars[sparks[0]].get("kvtier_cluster")
+        spec = load_spec(cluster_from_hostvars(cluster, hostvars, sparks, storage_vars=storage_vars))
+        admin_password = inventory.hostvars(storage[0], "kv_store_admin_password") if len(storage) == 1 else {}
     except (InventoryError, SpecError) as exc:
         raise TargetError(str(exc)) from None
     return Target(
         spec=spec,
         nodes={host: nodes.from_hostvars(host, hostvars[host]) for host in sparks},
-        l2_admin_user=admin.get("kv_store_admin_user", "kvtier-admin"),
-        l2_admin_password=admin.get("kv_store_admin_password"),
+        l2_admin_user=derive.storage_settings(storage_vars).get("kv_store_admin_user"),
+        l2_admin_password=admin_password.get("kv_store_admin_password"),
     )

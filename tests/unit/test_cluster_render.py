@@ -1,12 +1,10 @@
 """Rendering: argv/env per node for every tier combination, secrets, fingerprint, systemd quoting, filters."""
 
-import importlib.util
 import itertools
 import json
 import pathlib
 
 import pytest
-from ansible.errors import AnsibleFilterError
 
 from kvtier.cluster import (
     RenderError,
@@ -174,10 +172,12 @@ def test_secrets_never_in_argv_or_plain_env():
 
 def test_missing_or_bad_l2_password():
     spec = load_spec(spec_dict())
-    with pytest.raises(RenderError, match="the L2 password is needed .* pass the value of kv_store_lmcache_password"):
+    with pytest.raises(RenderError, match=r"kv_store_lmcache_password \(the L2 password.*\) is not set"):
         lmcache_server(spec, "spark01")
     with pytest.raises(RenderError, match="contains whitespace"):
-        lmcache_server(spec, "spark01", "two words here")
+        lmcache_server(spec, "spark01", "two words here, long enough")
+    with pytest.raises(RenderError, match="shorter than 16 characters"):
+        lmcache_server(spec, "spark01", "short-pw")
     no_l2 = load_spec(spec_dict(tiers=["l0", "l3"]))
     assert lmcache_server(no_l2, "spark01").secret_env == {}
 
@@ -416,46 +416,3 @@ def test_systemd_environment_assignment():
     assert environment_assignment("P", '50%"') == '"P=50%%\\""'
     with pytest.raises(ValueError):
         environment_assignment("A B", "x")
-
-
-# --- Ansible filter plugin --------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def filters():
-    location = ROOT / "filter_plugins" / "kvtier_cluster.py"
-    module_spec = importlib.util.spec_from_file_location("kvtier_cluster_filters", location)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module.FilterModule().filters()
-
-
-def test_filters_render_from_plain_dicts(filters):
-    data = spec_dict()
-    assert filters["kvtier_validate"](data) == []
-    assert filters["kvtier_fingerprint"](data) == fingerprint(load_spec(data))
-    server = filters["kvtier_lmcache_server"](data, "spark01", PASSWORD)
-    assert server == lmcache_server(load_spec(data), "spark01", PASSWORD).to_dict()
-    assert filters["kvtier_vllm"](data, "spark01")["argv"][0] == "/opt/kvtier/venv/bin/python"
-    assert filters["kvtier_coordinator"](data, "spark02") is None
-    assert filters["kvtier_coordinator"](data, "spark01")["argv"][1] == "coordinator"
-    assert filters["kvtier_node"](data, "spark03", PASSWORD)["node"] == "spark03"
-    # Probes need only the URLs: no L2 password (which a health check must not have to know).
-    assert (
-        filters["kvtier_endpoints"](data, "spark03") == filters["kvtier_node"](data, "spark03", PASSWORD)["endpoints"]
-    )
-    assert filters["kvtier_systemd_exec"](server["argv"]).startswith("/opt/kvtier/venv/bin/lmcache server ")
-    assert filters["kvtier_systemd_env"]({"B": "2", "A": "1"}) == ['"A=1"', '"B=2"']
-    cluster = {k: v for k, v in data.items() if k != "nodes"}
-    hostvars = {h: {"kvtier_cluster": cluster, "kvtier_data_address": data["nodes"][h]["data_address"]} for h in NODES}
-    assert filters["kvtier_spec"](cluster, hostvars, list(NODES)) == data
-
-
-def test_filters_fail_with_the_problems(filters):
-    data = spec_dict()
-    data["lmcache"]["chunk_size"] = 100
-    assert len(filters["kvtier_validate"](data)) == 1
-    with pytest.raises(AnsibleFilterError, match="lmcache.chunk_size 100 is not a multiple of vllm.block_size 16"):
-        filters["kvtier_vllm"](data, "spark01")
-    with pytest.raises(AnsibleFilterError, match="the L2 password is needed"):
-        filters["kvtier_lmcache_server"](spec_dict(), "spark01")

@@ -147,7 +147,8 @@ def test_l2_without_credentials(field, value):
     data = spec_dict()
     data["l2"][field] = value
     assert only_problem(data) == (
-        "l2 has no credentials: set l2.user (the kv_store ACL user, e.g. lmcache) and l2.password_var (the name of "
+        "l2 has no credentials: set l2.user (the kv_store ACL user, derived from the storage node's "
+        "kv_store_lmcache_user when the inventory has one storage host) and l2.password_var (the name of "
         "the vaulted variable holding its password, e.g. kv_store_lmcache_password); the kv_store role disables the "
         "default user, and the resp adapter without a password sends no AUTH, so every store would fail silently"
     )

@@ -57,7 +57,10 @@ def test_the_proof_reads_the_lab_from_its_inventory_like_any_cluster(tmp_path, m
     monkeypatch.setattr(lab, "INVENTORY", inventory / "hosts.yml")
     cluster = yaml.safe_load((lab.INVENTORY_DIR / "group_vars" / "all" / "lab.yml").read_text())["kvtier_cluster"]
     t = lab.proof_target()
-    assert t.spec.l2.host == cluster["l2"]["host"] == lab.STORAGE_DATA_ADDRESS
+    # The lab spec names no L2 endpoint: it derives from the storage VM's address and kv_store's defaults.
+    assert "host" not in cluster["l2"] and "port" not in cluster["l2"]
+    assert (t.spec.l2.host, t.spec.l2.port, t.spec.l2.user) == (lab.STORAGE_DATA_ADDRESS, 6379, "lmcache")
+    assert t.l2_admin_user == "kvtier-admin"
     assert t.vllm_url("spark01") == f"http://127.0.0.1:{cluster['ports']['vllm_http']}"
     assert t.spec.l3.path == cluster["l3"]["path"] and t.l2_name == cluster["l2"]["adapter"]
     assert t.l2_admin_password == lab._secrets()["kv_store_admin_password"]

@@ -262,7 +262,7 @@ def test_l2_and_l3_disagree_with_the_storage_node():
 
 
 def test_credentials_fine():
-    assert credentials.credentials([("s", "kv_store_lmcache_password", "x" * 24)], ["changeme"]) == []
+    assert credentials.credentials([("s", "kv_store_lmcache_password", "x" * 24)]) == []
 
 
 def test_credentials_problems_name_hosts_never_values():
@@ -273,7 +273,7 @@ def test_credentials_problems_name_hosts_never_values():
         ("s", "other_password", "tiny-pw"),
         ("s", "spaced_password", "a password with spaces"),
     ]
-    problems = credentials.credentials(values, ["changeme"])
+    problems = credentials.credentials(values)
     assert problems == [
         "kv_store_lmcache_password still has an example value: replace it with a generated one (openssl rand "
         "-base64 32) in a vault (hosts: s, a)",

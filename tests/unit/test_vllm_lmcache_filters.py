@@ -1,4 +1,4 @@
-"""Filters of the vllm_lmcache role (roles/vllm_lmcache/filter_plugins)."""
+"""The one filter plugin over the cluster spec (roles/vllm_lmcache/filter_plugins/kvtier_cluster.py)."""
 
 import importlib.util
 import pathlib
@@ -6,12 +6,14 @@ import pathlib
 import pytest
 from ansible.errors import AnsibleFilterError
 
-from tests.unit._cluster_data import spec_dict
+from kvtier.cluster import load_spec, render
+from tests.unit._cluster_data import PASSWORD, spec_dict
 
-_PATH = pathlib.Path(__file__).resolve().parents[2] / "roles" / "vllm_lmcache" / "filter_plugins" / "vllm_lmcache.py"
-_spec = importlib.util.spec_from_file_location("vllm_lmcache_filters", _PATH)
+_PATH = pathlib.Path(__file__).resolve().parents[2] / "roles" / "vllm_lmcache" / "filter_plugins" / "kvtier_cluster.py"
+_spec = importlib.util.spec_from_file_location("kvtier_cluster_filters", _PATH)
 filters = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(filters)
+NODES = spec_dict()["nodes"]
 
 
 def test_facts_of_a_serving_node_come_from_the_spec():
@@ -57,3 +59,72 @@ def test_serving_nodes_install_the_p2p_transfer_engine_and_the_coordinator_does_
     )
     assert filters.vllm_lmcache_facts(data, "spark01")["requirements"][-1] == "nixl-cu12==1.5.1"
     assert "nixl-cu12==1.5.1" not in filters.vllm_lmcache_facts(data, "kv-storage01")["requirements"]
+
+
+def _inventory(cluster, storage=None):
+    """hostvars as Ansible hands them to the filter: the Sparks' node vars and the storage node's own."""
+    hostvars = {h: {"kvtier_cluster": cluster, "kvtier_data_address": a["data_address"]} for h, a in NODES.items()}
+    hostvars["kv-storage01"] = {"kvtier_cluster": cluster, "kvtier_data_address": "10.10.0.10", **(storage or {})}
+    return hostvars
+
+
+def test_spec_derives_the_l2_endpoint_from_the_storage_node():
+    cluster = {k: v for k, v in spec_dict().items() if k != "nodes"}
+    cluster["l2"] = {"adapter": "resp", "password_var": "kv_store_lmcache_password"}
+    spec = filters.kvtier_spec(cluster, _inventory(cluster), list(NODES), ["kv-storage01"])
+    # kv_store's defaults (roles/kv_store/defaults/main.yml) supply the port and user the storage node leaves unset.
+    assert {k: spec["l2"][k] for k in ("host", "port", "user")} == {
+        "host": "10.10.0.10",
+        "port": 6379,
+        "user": "lmcache",
+    }
+    spec = filters.kvtier_spec(
+        cluster,
+        _inventory(cluster, {"kv_store_port": 6380, "kv_store_lmcache_user": "kv"}),
+        list(NODES),
+        ["kv-storage01"],
+    )
+    assert (spec["l2"]["port"], spec["l2"]["user"]) == (6380, "kv")
+
+
+def test_an_explicit_l2_endpoint_wins_over_the_derived_one():
+    cluster = {k: v for k, v in spec_dict().items() if k != "nodes"}
+    cluster["l2"] = dict(cluster["l2"], host="10.10.0.99")
+    spec = filters.kvtier_spec(cluster, _inventory(cluster), list(NODES), ["kv-storage01"])
+    assert spec["l2"]["host"] == "10.10.0.99"
+
+
+def test_without_a_storage_node_the_l2_endpoint_must_be_given():
+    cluster = {k: v for k, v in spec_dict().items() if k != "nodes"}
+    cluster["l2"] = {"adapter": "resp", "password_var": "kv_store_lmcache_password"}
+    with pytest.raises(AnsibleFilterError) as error:
+        filters.kvtier_spec(cluster, _inventory(cluster), list(NODES), [])
+    assert "l2.host is required" in str(error.value) and "l2.port is required" in str(error.value)
+    assert "kv_store_port" in str(error.value) and "kv_store_lmcache_user" in str(error.value)
+
+
+def test_services_are_rendered_once_from_the_spec():
+    data = spec_dict()
+    services = filters.vllm_lmcache_services(data, "spark01", PASSWORD)
+    assert services["lmcache"] == render.lmcache_server(load_spec(data), "spark01", PASSWORD).to_dict()
+    assert services["vllm"]["argv"][0] == "/opt/kvtier/venv/bin/python"
+    assert services["coordinator"]["argv"][1] == "coordinator"
+    assert filters.vllm_lmcache_services(data, "spark02", PASSWORD)["coordinator"] is None
+    assert filters.kvtier_systemd_exec(services["lmcache"]["argv"]).startswith("/opt/kvtier/venv/bin/lmcache server ")
+    assert filters.kvtier_systemd_env({"B": "2", "A": "1"}) == ['"A=1"', '"B=2"']
+
+
+def test_services_refuse_a_password_outside_the_policy():
+    with pytest.raises(AnsibleFilterError, match="kv_store_lmcache_password .* is not set"):
+        filters.vllm_lmcache_services(spec_dict(), "spark01")
+    with pytest.raises(AnsibleFilterError, match="still has an example value"):
+        filters.vllm_lmcache_services(spec_dict(), "spark01", "ChangeMe")
+    assert filters.vllm_lmcache_password_problems("CHANGE_ME", "v") == [
+        "v still has an example value: replace it with a generated one (openssl rand -base64 32) in a vault"
+    ]
+    assert filters.vllm_lmcache_password_problems(PASSWORD, "v") == []
+
+
+def test_facts_name_the_peers_a_node_must_see():
+    assert filters.vllm_lmcache_facts(spec_dict(), "spark01")["p2p_peers"] == len(NODES) - 1
+    assert filters.vllm_lmcache_facts(spec_dict(tiers=["l0", "l2", "l3"]), "spark01")["p2p_peers"] is None

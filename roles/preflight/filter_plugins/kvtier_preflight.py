@@ -4,7 +4,7 @@
     "{{ hostvars | kvtier_preflight_inventory(groups, settings) }}"
     "{{ hostvars | kvtier_preflight_credentials(groups, settings) }}"            # use with no_log
     "{{ ansible_facts.kvtier_nvme.drives | kvtier_preflight_drives(inventory_hostname, count, pattern, serials) }}"
-    "{{ ansible_facts.memtotal_mb | kvtier_preflight_memory(hostvars, groups.spark, inventory_hostname) }}"
+    "{{ memtotal_mb | kvtier_preflight_memory(hostvars, groups.spark, inventory_hostname, groups.storage) }}"
     "{{ ansible_facts.interfaces | kvtier_preflight_nic(inventory_hostname, roce_interface) }}"
 
 The logic lives in kvtier.preflight and works on plain dicts; this file only reads Ansible's objects.
@@ -22,7 +22,8 @@ import sys
 try:
     from kvtier import preflight as _preflight  # noqa: F401  (the package must import)
 except ImportError:  # running from a checkout without `pip install -e .`
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
+from kvtier.cluster import derive
 from kvtier.cluster.inventory import plain
 from kvtier.preflight import controller, credentials, groups, hardware, network, tiers, varnames
 
@@ -61,7 +62,9 @@ def _value(hostvars, host, name, problems, secret=False):
 
 
 def _view(hostvars, host, names, defaults, problems):
-    view = {name: defaults[name] for name in names if name in defaults}
+    # A default that is a template derives from other variables (nfs_client_server from the storage node):
+    # it is right by construction, so only what the operator sets is checked.
+    view = {name: defaults[name] for name in names if name in defaults and "{{" not in str(defaults[name])}
     for name in names:
         value = _value(hostvars, host, name, problems)
         if value is not None:
@@ -73,6 +76,14 @@ def _hosts(groups_, settings):
     storage = [str(h) for h in groups_.get(settings["storage_group"]) or []]
     spark = [str(h) for h in groups_.get(settings["spark_group"]) or []]
     return storage, spark
+
+
+def _storage_vars(hostvars, storage, problems):
+    """The storage node's variables the spec derives from (None without exactly one storage node)."""
+    if len(storage) != 1:
+        return None
+    found = {name: _value(hostvars, storage[0], name, problems) for name in derive.STORAGE_VARS}
+    return {name: value for name, value in found.items() if value is not None}
 
 
 def _cluster(hostvars, spark, problems):
@@ -115,7 +126,8 @@ def kvtier_preflight_inventory(hostvars, groups_, settings):
     storage_host = storage[0] if len(storage) == 1 else None
     problems += network.addresses(views, storage_host, settings.get("data_cidr") or "")
     problems += network.mtu(views)
-    spec_dict, spec_problems = tiers.spec_problems(_cluster(hostvars, spark, problems), hostvars, spark)
+    storage_vars = _storage_vars(hostvars, storage, problems)
+    spec_dict, spec_problems = tiers.spec_problems(_cluster(hostvars, spark, problems), hostvars, spark, storage_vars)
     problems += spec_problems
     if spec_dict is not None:
         problems += tiers.storage_agreement(
@@ -139,7 +151,7 @@ def kvtier_preflight_credentials(hostvars, groups_, settings):
     clients = []
     if uses_l2 and isinstance(password_var, str) and password_var:
         clients = [(host, password_var, _value(hostvars, host, password_var, problems, secret=True)) for host in spark]
-    problems += credentials.credentials(values + clients, settings["example_passwords"], int(settings["min_length"]))
+    problems += credentials.credentials(values + clients)
     server = next((v for v in values if v[1] == settings["l2_server_var"]), None)
     if server is not None:
         problems += credentials.same_secret(server, clients)
@@ -150,10 +162,11 @@ def kvtier_preflight_drives(drives, host, count, pattern, serials=()):
     return hardware.storage_drives(str(host), plain(drives) or [], int(count), str(pattern), plain(serials) or [])
 
 
-def kvtier_preflight_memory(memtotal_mb, hostvars, spark, host):
+def kvtier_preflight_memory(memtotal_mb, hostvars, spark, host, storage=()):
     problems = []
-    spark = [str(h) for h in spark or []]
-    spec_dict, spec_problems = tiers.spec_problems(_cluster(hostvars, spark, problems), hostvars, spark)
+    spark, storage = [str(h) for h in spark or []], [str(h) for h in storage or []]
+    storage_vars = _storage_vars(hostvars, storage, problems)
+    spec_dict, spec_problems = tiers.spec_problems(_cluster(hostvars, spark, problems), hostvars, spark, storage_vars)
     if spec_dict is None:  # the inventory checks already reported why
         return problems + spec_problems
     return hardware.spark_memory(str(host), memtotal_mb, spec_dict)

@@ -1,0 +1,61 @@
+"""Settings one host takes from another host's variables, derived here and nowhere else.
+
+The way kubespray derives its cluster addresses: a Spark's L2 endpoint is the storage node's own
+`kvtier_data_address`, `kv_store_port` and `kv_store_lmcache_user`, so none of them is written twice. An
+operator who sets `kvtier_cluster.l2.host/port/user` explicitly overrides the derivation, and preflight then
+checks that the explicit value agrees with the storage node.
+
+The kv_store role's defaults (roles/kv_store/defaults/main.yml) are the one definition of its port and user
+names; they are read from that file, because another host's role defaults are not in Ansible's hostvars.
+"""
+
+from __future__ import annotations
+
+import functools
+import pathlib
+from collections.abc import Mapping
+
+import yaml
+
+ROLES_DIR = pathlib.Path(__file__).resolve().parents[2] / "roles"
+STORAGE_GROUP = "storage"
+SPARK_GROUP = "spark"
+# spec l2 key -> the storage node's variable it comes from.
+L2_FROM_STORAGE = {"host": "kvtier_data_address", "port": "kv_store_port", "user": "kv_store_lmcache_user"}
+# The storage node's variables the derivations read (with the kv_store role's defaults under them).
+STORAGE_VARS = ("kvtier_data_address", "kv_store_port", "kv_store_lmcache_user", "kv_store_admin_user")
+
+
+@functools.lru_cache(maxsize=None)
+def role_defaults(role: str) -> dict:
+    """A role's defaults/main.yml as written (kvtier's kv_store defaults are literals, never templates)."""
+    path = ROLES_DIR / role / "defaults" / "main.yml"
+    data = yaml.safe_load(path.read_text()) if path.is_file() else None
+    return data if isinstance(data, dict) else {}
+
+
+def storage_settings(storage_vars: Mapping | None) -> dict:
+    """The storage node's `STORAGE_VARS`: its own values over the kv_store role's defaults."""
+    defaults = role_defaults("kv_store")
+    settings = {name: defaults[name] for name in STORAGE_VARS if name in defaults}
+    settings.update({k: v for k, v in (storage_vars or {}).items() if k in STORAGE_VARS and v not in (None, "")})
+    return settings
+
+
+def l2_endpoint(storage_vars: Mapping | None) -> dict:
+    """{host, port, user} of the L2 server as the storage node defines it (host absent without a data address)."""
+    settings = storage_settings(storage_vars)
+    return {key: settings[var] for key, var in L2_FROM_STORAGE.items() if var in settings}
+
+
+def with_l2_endpoint(cluster: Mapping, storage_vars: Mapping | None) -> dict:
+    """`cluster` with l2.host/port/user filled from the storage node where the spec leaves them out."""
+    cluster = dict(cluster)
+    if "l2" not in (cluster.get("tiers") or []) or storage_vars is None:
+        return cluster
+    l2 = dict(cluster.get("l2") or {})
+    for key, value in l2_endpoint(storage_vars).items():
+        if l2.get(key) is None:
+            l2[key] = value
+    cluster["l2"] = l2
+    return cluster

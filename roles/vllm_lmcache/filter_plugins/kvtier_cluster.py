@@ -1,0 +1,164 @@
+"""The one filter plugin over the cluster spec (controller side), shipped with the role that renders from it.
+
+    spec:     "{{ kvtier_cluster | kvtier_spec(hostvars, groups['spark'], groups['storage'] | default([])) }}"
+    facts:    "{{ spec | vllm_lmcache_facts(inventory_hostname) }}"                  # no secrets
+    services: "{{ spec | vllm_lmcache_services(inventory_hostname, l2_password) }}"  # no_log: holds secret_env
+    problems: "{{ password | vllm_lmcache_password_problems('var_name') }}"         # names only, never the value
+    ExecStart={{ services.lmcache.argv | kvtier_systemd_exec }}
+    lock:     "{{ lookup('file', wheelhouse ~ '/lock.txt') | vllm_lmcache_lock }}"
+
+The role builds the spec once per play (a fact) and derives each host's facts and services from it; the
+parsed spec is kept per worker process, so a host's filters do not parse it again. Every value comes from
+kvtier.cluster (defaults and derivations included): the role never repeats a default of the spec.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import sys
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    import kvtier  # noqa: F401  (the package must import)
+except ImportError:  # running from a checkout without `pip install -e .`
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
+from kvtier import cluster, passwords
+from kvtier.cluster import derive, render, systemd
+from kvtier.cluster.inventory import plain
+
+_PARSED: dict = {}
+
+
+def _guard(func, *args):
+    try:
+        return func(*args)
+    except (cluster.SpecError, render.RenderError, ValueError) as exc:
+        raise AnsibleFilterError(str(exc)) from None
+
+
+def _load(spec_dict) -> cluster.ClusterSpec:
+    data = plain(spec_dict)
+    key = json.dumps(data, sort_keys=True)
+    if key not in _PARSED:
+        _PARSED.clear()  # one cluster per play: keep only the latest
+        _PARSED[key] = _guard(cluster.load_spec, data)
+    return _PARSED[key]
+
+
+def _storage_vars(hostvars, storage_hosts):
+    hosts = [str(h) for h in storage_hosts or []]
+    if len(hosts) != 1:
+        return None  # preflight names the problem; without one storage node nothing is derived
+    variables = hostvars[hosts[0]]
+    return {name: plain(variables[name]) for name in derive.STORAGE_VARS if name in variables}
+
+
+def kvtier_spec(cluster_var, hostvars, spark_hosts, storage_hosts=()):
+    """The validated spec dict: kvtier_cluster, each Spark's node vars, and what derives from the storage node."""
+    storage_vars = _storage_vars(hostvars, storage_hosts)
+    spec_dict = _guard(
+        cluster.cluster_from_hostvars, cluster_var, hostvars, spark_hosts, "kvtier_cluster", storage_vars
+    )
+    _load(spec_dict)
+    return spec_dict
+
+
+def vllm_lmcache_facts(spec_dict, host):
+    """Install, model, tier and endpoint facts for `host` (a serving node or the coordinator host)."""
+    spec, host = _load(spec_dict), str(host)
+    is_node = any(n.name == host for n in spec.nodes)
+    inst = spec.install
+    return {
+        "is_node": is_node,
+        "runs_coordinator": spec.p2p is not None and spec.p2p.coordinator.node == host,
+        "venv": inst.venv,
+        "requirements": [f"{inst.vllm_package}=={inst.vllm_version}", f"lmcache=={inst.lmcache_version}"]
+        # Serving nodes load the P2P transfer engine; the coordinator does not.
+        + ([spec.p2p.transfer_package] if spec.p2p is not None and is_node else []),
+        "model_path": spec.model.path,
+        "served_name": spec.model.served_name,
+        "l2": None
+        if spec.l2 is None
+        else {
+            "adapter": spec.l2.adapter,
+            "host": spec.l2.host,
+            "port": spec.l2.port,
+            "user": spec.l2.user,
+            "password_var": spec.l2.password_var,
+        },
+        "l3_path": None if spec.l3 is None else spec.l3.path,
+        "p2p": spec.p2p is not None and is_node,
+        "p2p_peers": len(spec.nodes) - 1 if spec.p2p is not None and is_node else None,
+        "endpoints": _guard(render.endpoints, spec, host) if is_node else {},
+        "fingerprint": cluster.fingerprint(spec),
+    }
+
+
+def vllm_lmcache_services(spec_dict, host, l2_password=None):
+    """{lmcache, vllm, coordinator}: each {argv, env, secret_env} or None where `host` does not run it."""
+    spec, host = _load(spec_dict), str(host)
+    is_node = any(n.name == host for n in spec.nodes)
+    coordinator = render.coordinator(spec, host)
+    return {
+        "lmcache": _guard(render.lmcache_server, spec, host, l2_password).to_dict() if is_node else None,
+        "vllm": _guard(render.vllm, spec, host).to_dict() if is_node else None,
+        "coordinator": None if coordinator is None else coordinator.to_dict(),
+    }
+
+
+def vllm_lmcache_password_problems(value, name):
+    """kvtier's password policy (kvtier.passwords): [] or one message naming `name`, never the value."""
+    return passwords.problems(value, str(name))
+
+
+def kvtier_systemd_exec(argv):
+    return _guard(systemd.exec_line, [str(a) for a in argv])
+
+
+def kvtier_systemd_env(env):
+    return [_guard(systemd.environment_assignment, str(k), str(v)) for k, v in sorted(dict(env).items())]
+
+
+def _normalize(name: str) -> str:
+    return "".join("-" if c in "_." else c for c in name.strip().lower())
+
+
+def vllm_lmcache_lock(text):
+    """{normalized name: version} from a lock.txt (name==version lines)."""
+    result = {}
+    for line in str(text).splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        name, sep, version = line.partition("==")
+        if not sep:
+            raise AnsibleFilterError(f"lock line {line!r} is not name==version")
+        result[_normalize(name)] = version.strip()
+    return result
+
+
+def vllm_lmcache_installed(pip_list_json):
+    """{normalized name: version} from `pip list --format json` output."""
+    return {_normalize(p["name"]): p["version"] for p in pip_list_json}
+
+
+def vllm_lmcache_missing(wanted, installed):
+    """name==version for every wanted package that is absent or at another version."""
+    return [f"{n}=={v}" for n, v in sorted(dict(wanted).items()) if dict(installed).get(n) != v]
+
+
+class FilterModule:
+    def filters(self):
+        return {
+            "kvtier_spec": kvtier_spec,
+            "vllm_lmcache_facts": vllm_lmcache_facts,
+            "vllm_lmcache_services": vllm_lmcache_services,
+            "vllm_lmcache_password_problems": vllm_lmcache_password_problems,
+            "kvtier_systemd_exec": kvtier_systemd_exec,
+            "kvtier_systemd_env": kvtier_systemd_env,
+            "vllm_lmcache_lock": vllm_lmcache_lock,
+            "vllm_lmcache_installed": vllm_lmcache_installed,
+            "vllm_lmcache_missing": vllm_lmcache_missing,
+        }
