@@ -6,6 +6,7 @@ import argparse
 import sys
 
 from kvtier import __version__, images, model, wheelhouse
+from kvtier.health import cli as health_cli
 from kvtier.plan import cli as plan_cli
 from kvtier.proof import cli as proof_cli
 from kvtier.vm import cli as vm_cli
@@ -51,6 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     wheelhouse.register(sub)
     proof_cli.register(sub)
     plan_cli.register(sub)
+    health_cli.register(sub)
 
     lab_parser = sub.add_parser("lab", help="the whole cluster on this machine (podman + QEMU)")
     lab_sub = lab_parser.add_subparsers(dest="lab_command", required=True)

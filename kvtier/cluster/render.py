@@ -278,6 +278,32 @@ def endpoints(spec: ClusterSpec, node_name: str) -> dict:
     return urls
 
 
+def key_settings(spec: ClusterSpec) -> dict:
+    """What the rendered services carry that makes cache keys equal on every node, as `kvtier.probes.health`
+    reads it back from the running processes ("<service> <flag or env var>": value)."""
+    return {
+        "lmcache --chunk-size": str(spec.lmcache.chunk_size),
+        "lmcache --hash-algorithm": spec.lmcache.hash_algorithm,
+        "vllm --model": spec.model.engine_model,
+        "vllm --dtype": spec.model.dtype,
+        "vllm --block-size": str(spec.vllm.block_size),
+        "vllm --kv-cache-dtype": spec.model.kv_cache_dtype if spec.model.kv_cache_dtype != "auto" else "(default)",
+        "lmcache PYTHONHASHSEED": str(spec.lmcache.python_hash_seed) if spec.lmcache.seed_matters else "(unset)",
+    }
+
+
+def tier_adapters(spec: ClusterSpec) -> dict:
+    """kvtier tier -> the LMCache adapter (its l2_name in LMCache's counters) that serves it."""
+    adapters = {}
+    if spec.l2 is not None:
+        adapters["l2"] = spec.l2.adapter
+    if spec.l3 is not None:
+        adapters["l3"] = spec.l3.adapter
+    if spec.p2p is not None:
+        adapters["l1_p2p"] = "p2p"
+    return adapters
+
+
 def node_config(spec: ClusterSpec, node_name: str, l2_password: str | None = None) -> dict:
     """Everything a role needs for one serving node, as plain data."""
     coord = coordinator(spec, node_name)

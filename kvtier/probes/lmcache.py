@@ -109,6 +109,8 @@ def lmcache_summary(samples) -> dict:
         "l1_read_chunks": _int(_counter(samples, "lmcache_mp_l1_read_chunks")),
         "l1_memory_usage_bytes": _int(metric_sum(samples, "lmcache_mp_l1_memory_usage_bytes")),
         "l2_store_requests_completed": _int(sum(stores.values())),
+        # lmcache 0.5.6 counts submitted store requests in total only; completed ones per adapter (l2_name).
+        "l2_store_requests_submitted": _int(_counter(samples, "lmcache_mp_l2_store_submitted_requests")),
         "l2": {
             name: {
                 "loads": _int(loads.get(name, 0.0)),

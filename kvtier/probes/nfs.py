@@ -231,6 +231,17 @@ def problems(facts, allow_tcp=False, port=None, vers=None):
     return found
 
 
+def mount_point_of(path, mounts_text):
+    """The mount point under which ``path`` lives (the longest one that contains it), "/" at worst."""
+    path = path.rstrip("/") or "/"
+    best = "/"
+    for entry in parse_mounts(mounts_text):
+        point = entry["path"].rstrip("/") or "/"
+        if (path == point or path.startswith(point + "/") or point == "/") and len(point) > len(best):
+            best = point
+    return best
+
+
 def read(path):
     try:
         with open(path, encoding="utf-8", errors="replace") as handle:

@@ -7,6 +7,7 @@ of the protocol to authenticate, run a command and parse the reply; it is not a 
 from __future__ import annotations
 
 import socket
+import time
 
 
 class RespError(Exception):
@@ -145,3 +146,22 @@ def flush_all(host: str, port: int, username: str | None, password: str, timeout
         client.auth(username, password)
         reply = client.call("FLUSHALL")
     return reply.decode() if isinstance(reply, bytes) else str(reply)
+
+
+def client_view(host: str, port: int, username: str, password: str, timeout: float = 5.0) -> dict:
+    """The server as a client with these credentials sees it: {error} or {auth_error} or {ping_ms, info}."""
+    facts: dict = {}
+    try:
+        with RespClient(host, port, timeout) as client:
+            try:
+                client.auth(username, password)
+            except RespError as err:
+                facts["auth_error"] = str(err)
+                return facts
+            started = time.monotonic()
+            client.call("PING")
+            facts["ping_ms"] = (time.monotonic() - started) * 1000
+            facts["info"] = client.info("memory", "stats")
+    except (OSError, RespProtocolError) as err:
+        facts["error"] = f"{host}:{port}: {err}"
+    return facts

@@ -29,6 +29,10 @@ _CONNECTION_VARS = (
 )
 
 
+# Per-Spark variables the health checks read (the roles' defaults fill in what is unset).
+_HEALTH_VARS = ("kvtier_rdma_fabric",)
+
+
 class TargetError(Exception):
     pass
 
@@ -41,6 +45,11 @@ class Target:
     l2_admin_user: str | None = None
     l2_admin_password: str | None = dataclasses.field(default=None, repr=False)
     units: dict = dataclasses.field(default_factory=lambda: dict(UNITS))
+    # What health reads besides the Sparks: the storage node, LMCache's own L2 password, the L3 array's name.
+    storage: nodes.Node | None = None
+    l2_password: str | None = dataclasses.field(default=None, repr=False)
+    array_name: str | None = None
+    rdma_fabric: dict = dataclasses.field(default_factory=dict)  # Spark -> has an RDMA fabric (NFS mount)
 
     @property
     def model(self) -> str:
@@ -67,19 +76,30 @@ def from_inventory(inventory: Inventory) -> Target:
     sparks = inventory.group(SPARK_GROUP)
     if not sparks:
         raise TargetError(f"inventory {inventory.path} has no hosts in the group {SPARK_GROUP!r}")
-    wanted = ("kvtier_cluster", *(f"kvtier_{k}" for k in NODE_KEYS), *_CONNECTION_VARS)
+    wanted = ("kvtier_cluster", *(f"kvtier_{k}" for k in NODE_KEYS), *_CONNECTION_VARS, *_HEALTH_VARS)
     try:
         hostvars = {host: inventory.hostvars(host, *wanted) for host in sparks}
         storage = inventory.group(derive.STORAGE_GROUP)
         storage_vars = inventory.hostvars(storage[0], *derive.STORAGE_VARS) if len(storage) == 1 else None
         cluster = hostvars[sparks[0]].get("kvtier_cluster")
         spec = load_spec(cluster_from_hostvars(cluster, hostvars, sparks, storage_vars=storage_vars))
-        admin_password = inventory.hostvars(storage[0], "kv_store_admin_password") if len(storage) == 1 else {}
+        storage_host = (
+            inventory.hostvars(storage[0], "kv_store_admin_password", "nvme_raid_name", *_CONNECTION_VARS)
+            if len(storage) == 1
+            else {}
+        )
+        password_var = spec.l2.password_var if spec.l2 is not None else None
+        l2_password = inventory.hostvars(sparks[0], password_var).get(password_var) if password_var else None
     except (InventoryError, SpecError) as exc:
         raise TargetError(str(exc)) from None
+    raid_defaults = derive.role_defaults("nvme_raid")
     return Target(
         spec=spec,
         nodes={host: nodes.from_hostvars(host, hostvars[host]) for host in sparks},
         l2_admin_user=derive.storage_settings(storage_vars).get("kv_store_admin_user"),
-        l2_admin_password=admin_password.get("kv_store_admin_password"),
+        l2_admin_password=storage_host.get("kv_store_admin_password"),
+        storage=nodes.from_hostvars(storage[0], storage_host) if len(storage) == 1 else None,
+        l2_password=l2_password,
+        array_name=storage_host.get("nvme_raid_name", raid_defaults.get("nvme_raid_name")),
+        rdma_fabric={h: bool(hostvars[h].get("kvtier_rdma_fabric", True)) for h in sparks},
     )

@@ -93,6 +93,9 @@ def vllm_lmcache_facts(spec_dict, host):
         "p2p_peers": len(spec.nodes) - 1 if spec.p2p is not None and is_node else None,
         "endpoints": _guard(render.endpoints, spec, host) if is_node else {},
         "fingerprint": cluster.fingerprint(spec),
+        # What kvtier_health compares: the adapter of each lower tier, and the settings that make cache keys equal.
+        "adapters": render.tier_adapters(spec),
+        "key_settings": render.key_settings(spec),
     }
 
 

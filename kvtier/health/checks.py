@@ -1,0 +1,97 @@
+"""Every check of a running cluster: per Spark, the storage node, and across nodes (what makes cache keys equal)."""
+
+from __future__ import annotations
+
+from kvtier.cluster import fingerprint, render
+from kvtier.health import gather
+from kvtier.probes import health as h
+from kvtier.proof.target import Target
+
+
+def expectations(t: Target) -> dict:
+    spec = t.spec
+    return {
+        "model": t.model,
+        "adapters": render.tier_adapters(spec),
+        "p2p_peers": len(spec.nodes) - 1 if spec.p2p is not None else None,
+    }
+
+
+def spark_checks(t: Target, host: str, facts: dict) -> list:
+    if facts.get("error"):
+        return [
+            h.check(
+                host,
+                "serving",
+                h.UNVERIFIED,
+                "NODE_UNREACHABLE",
+                f"no check could run: {facts['error']}",
+                "reach the node as the inventory says (ssh user, key, become)",
+            )
+        ]
+    expect = expectations(t)
+    out = h.serving_checks(host, facts.get("probe") or {}, expect)
+    out += h.store_gap_checks(host, (facts.get("probe") or {}).get("lmcache"), expect)
+    if "l2" in facts:
+        out += h.l2_checks(host, facts["l2"])
+    elif t.spec.l2 is not None:
+        out.append(
+            h.check(
+                host,
+                "l2",
+                h.UNVERIFIED,
+                "L2_PASSWORD_UNKNOWN",
+                "the inventory gave no L2 password, so LMCache's login was not tried",
+                "pass --vault-password-file",
+            )
+        )
+    if "l3" in facts:
+        out += h.l3_directory_checks(host, facts["l3"])
+    if t.spec.l3 is not None:
+        out += h.nfs_checks(host, facts.get("nfs"), t.rdma_fabric.get(host, True))
+    return out
+
+
+def storage_checks(t: Target, facts: dict) -> list:
+    name = getattr(t.storage, "name", "storage")
+    if facts.get("error"):
+        return [
+            h.check(
+                name,
+                "storage",
+                h.UNVERIFIED,
+                "NODE_UNREACHABLE",
+                f"the storage node was not read: {facts['error']}",
+                "reach it as the inventory says",
+            )
+        ]
+    arrays = (facts.get("nvme") or {}).get("md_arrays") or {}
+    return h.array_checks(name, arrays, t.array_name, facts.get("mount"))
+
+
+def config_checks(t: Target, facts_by_host: dict) -> list:
+    """Running services against the spec, each difference shown next to what the other nodes run."""
+    want, want_print = render.key_settings(t.spec), fingerprint(t.spec)
+    running = {
+        host: {"lmcache": f.get("lmcache") or {}, "vllm": f.get("vllm") or {}}
+        for host, f in sorted(facts_by_host.items())
+        if not f.get("error")
+    }
+    settings = {host: h.key_settings(services) for host, services in running.items()}
+    out = []
+    for host, services in running.items():
+        others = {o: s for o, s in settings.items() if o != host}
+        out += h.config_checks(host, services, want, want_print, others)
+    return out
+
+
+def run(t: Target) -> tuple:
+    """(checks, facts by host): gather from every node and evaluate every check, whatever fails."""
+    facts = {host: gather.spark(t, host) for host in t.nodes}
+    out = []
+    for host in t.nodes:
+        out += spark_checks(t, host, facts[host])
+    out += config_checks(t, facts)
+    if t.spec.l3 is not None:
+        out += storage_checks(t, gather.storage(t))
+    return out, facts

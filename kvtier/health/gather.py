@@ -1,0 +1,70 @@
+"""Collect the facts the checks need, on each node, as the node sees them (read-only, nothing is changed).
+
+Each node runs one standard-library script made of kvtier's probes (LMCache/vLLM, RESP, NFS, NVMe, health
+gatherers), the same code the Ansible modules ship as module_utils; LMCache's API listens on loopback only.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+
+from kvtier.probes import health as health_probe
+from kvtier.probes import lmcache as lmcache_probe
+from kvtier.probes import nfs as nfs_probe
+from kvtier.probes import nvme as nvme_probe
+from kvtier.probes import resp as resp_probe
+from kvtier.proof.nodes import NodeError
+from kvtier.proof.target import Target
+
+_FUTURE = re.compile(r"^from __future__ import .*$", re.M)
+
+
+def _source(*modules) -> str:
+    # One script from several modules: a __future__ import is legal only at the top of it.
+    return "from __future__ import annotations\n" + "\n".join(_FUTURE.sub("", inspect.getsource(m)) for m in modules)
+
+
+SPARK_SOURCE = _source(lmcache_probe, resp_probe, nfs_probe, health_probe)
+STORAGE_SOURCE = _source(nvme_probe, health_probe)
+
+
+def spark(t: Target, host: str) -> dict:
+    """Every fact of one Spark; a node that cannot be reached gives {"error": ...}."""
+    spec = t.spec
+    endpoints = {"vllm": t.vllm_url(host), "lmcache_http": t.lmcache_url(host)}
+    endpoints["lmcache_metrics"] = endpoints["lmcache_http"] + "/metrics"
+    peers = len(spec.nodes) - 1 if spec.p2p is not None else None
+    parts = [
+        f"probe=probe_node({endpoints!r}, {t.model!r}, 5.0, {peers!r})",
+        f"lmcache=running_service({t.units['lmcache']!r})",
+        f"vllm=running_service({t.units['vllm']!r})",
+    ]
+    if spec.l3 is not None:
+        parts.append(f"l3=directory_state({spec.l3.path!r})")
+        if t.rdma_fabric.get(host, True):
+            parts.append(f"nfs=mount_facts(mount_point_of({spec.l3.path!r}, read(MOUNTS)))")
+    if spec.l2 is not None and t.l2_password:
+        parts.append(f"l2=client_view({spec.l2.host!r}, {spec.l2.port!r}, {spec.l2.user!r}, {t.l2_password!r})")
+    try:
+        return t.nodes[host].python(SPARK_SOURCE, "dict(" + ", ".join(parts) + ")", timeout=120)
+    except (NodeError, ValueError) as exc:
+        return {"error": str(exc)}
+
+
+def storage(t: Target) -> dict:
+    """The storage node's array and its mount; {"error": ...} when it cannot be read."""
+    if t.storage is None:
+        return {"error": "the inventory has no single storage node"}
+    call = "dict(nvme=collect(), mount=None)"
+    try:
+        facts = t.storage.python(STORAGE_SOURCE, call, timeout=120)
+        arrays = (facts.get("nvme") or {}).get("md_arrays") or {}
+        target = next(
+            (m.get("target") for a in arrays.values() for m in a.get("mounts") or [] if m.get("target")), None
+        )
+        if target:
+            facts["mount"] = t.storage.python(STORAGE_SOURCE, f"directory_state({target!r})", timeout=60)
+        return facts
+    except (NodeError, ValueError) as exc:
+        return {"error": str(exc)}

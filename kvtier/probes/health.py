@@ -1,0 +1,643 @@
+"""Health checks: facts gathered on a node turned into named checks, each with a stable code and its fix.
+
+Standard library only: the gatherers (`running_service`, `directory_state`) run on the nodes (fed as source by
+the kvtier CLI, or as module_utils/kvtier_health.py in the kvtier_health module), and the evaluators are pure
+functions over the facts that the existing probes return (`kvtier_lmcache.probe_node`, `kvtier_nfs`,
+`kvtier_nvme`, RESP INFO). Every check is a dict:
+
+    {"host", "tier", "status", "code", "reason", "fix"}
+
+tier:   l0, l1_p2p, l2, l3, fabric, storage, serving, config (kvtier's tier names; LMCache's own words only
+        where its counters are meant).
+status: OK, WARN, ERR, or UNVERIFIED when the check could not run (the reason says why: never a false OK).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+OK, WARN, ERR, UNVERIFIED = "OK", "WARN", "ERR", "UNVERIFIED"
+STATUSES = (OK, WARN, ERR, UNVERIFIED)
+# The flags of the running services that make cache keys equal on every node (what LMCache hashes, and the
+# KV layout vLLM hands it); a difference between nodes means zero hits with no error.
+KEY_FLAGS = {
+    "lmcache": {"--chunk-size": "CHUNK", "--hash-algorithm": "HASH"},
+    "vllm": {"--model": "MODEL", "--dtype": "DTYPE", "--block-size": "BLOCK", "--kv-cache-dtype": "DTYPE"},
+}
+KEY_ENV = {"PYTHONHASHSEED": "HASH"}
+L2_MEMORY_WARN = 0.95
+L2_LATENCY_WARN_MS = 5.0
+FREE_WARN, FREE_ERR = 0.10, 0.02
+RSIZE_WANTED = 1048576
+# Chunk stores in flight on a node between requests; more than this outstanding means they are not completing.
+STORE_GAP_LIMIT = 8
+
+
+def check(host, tier, status, code, reason, fix=""):
+    return {"host": host, "tier": tier, "status": status, "code": code, "reason": reason, "fix": fix}
+
+
+# --- gatherers (run on the node) -----------------------------------------------------------------------------
+
+
+def running_service(unit):
+    """The running unit's main process: {active, pid, argv, env (the key settings only)}; active False if down."""
+    try:
+        out = subprocess.run(
+            ["systemctl", "show", unit, "-p", "ActiveState", "-p", "MainPID"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout
+    except (OSError, subprocess.SubprocessError) as exc:
+        return {"active": False, "error": str(exc)}
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    pid = int(props.get("MainPID") or 0)
+    result = {"active": props.get("ActiveState") == "active", "state": props.get("ActiveState"), "pid": pid}
+    if pid <= 0:
+        return result
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            result["argv"] = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            pairs = [a.decode("utf-8", "replace").split("=", 1) for a in f.read().split(b"\0") if b"=" in a]
+        # Only what decides cache keys and the fingerprint: the environment also holds the L2 password.
+        result["env"] = {k: v for k, v in pairs if k in KEY_ENV or k == "KVTIER_FINGERPRINT"}
+    except OSError as exc:
+        result["error"] = str(exc)
+    return result
+
+
+def directory_state(path):
+    """{exists, writable, free_ratio, free_bytes} of a directory (the L3 path, the array's mount)."""
+    state = {"path": path, "exists": os.path.isdir(path)}
+    if state["exists"]:
+        state["writable"] = os.access(path, os.W_OK | os.X_OK)
+        st = os.statvfs(path)
+        state["read_only"] = bool(st.f_flag & os.ST_RDONLY)
+        state["free_bytes"] = st.f_bavail * st.f_frsize
+        state["free_ratio"] = (st.f_bavail / st.f_blocks) if st.f_blocks else 0.0
+    return state
+
+
+# --- evaluators (pure) -------------------------------------------------------------------------------------------
+
+
+def _flag(argv, name):
+    for i, arg in enumerate(argv or ()):
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(name + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def key_settings(services):
+    """{setting: value} that must agree across nodes, from `running_service` of each service."""
+    settings = {}
+    for service, flags in KEY_FLAGS.items():
+        argv = (services.get(service) or {}).get("argv")
+        if argv is None:
+            continue
+        for flag, _kind in flags.items():
+            settings[f"{service} {flag}"] = _flag(argv, flag) or "(default)"
+    env = (services.get("lmcache") or {}).get("env") or {}
+    for name in KEY_ENV:
+        settings[f"lmcache {name}"] = env.get(name, "(unset)")
+    return settings
+
+
+def drift_code(setting):
+    """CONFIG_DRIFT_<KIND> for a `key_settings` name."""
+    service, name = setting.split(" ", 1)
+    kind = KEY_FLAGS.get(service, {}).get(name) or KEY_ENV.get(name) or "OTHER"
+    return f"CONFIG_DRIFT_{kind}"
+
+
+def serving_checks(host, probe, expect):
+    """LMCache server, vLLM, P2P and the LMCache adapters of one Spark, from `probe_node`'s result.
+
+    `expect`: model (served name), adapters (LMCache l2_name of each lower tier: {"l2": "resp", "l3": "fs",
+    "l1_p2p": "p2p"}), p2p_peers (int or None).
+    """
+    out = []
+    problems = " ".join(probe.get("problems") or [])
+    if probe.get("lmcache_healthy") is False:
+        out.append(
+            check(
+                host,
+                "serving",
+                ERR,
+                "LMCACHE_DOWN",
+                f"the LMCache server does not answer: {problems}",
+                "systemctl status kvtier-lmcache; journalctl -u kvtier-lmcache (vLLM restarts with it)",
+            )
+        )
+    elif probe.get("lmcache_healthy"):
+        unhealthy = (probe.get("lmcache_status") or {}).get("unhealthy") or []
+        if unhealthy:
+            out.append(
+                check(
+                    host,
+                    "serving",
+                    ERR,
+                    "LMCACHE_UNHEALTHY",
+                    "LMCache /status reports unhealthy parts: " + ", ".join(unhealthy),
+                    "journalctl -u kvtier-lmcache; restart it with `systemctl restart kvtier-lmcache` (vLLM follows)",
+                )
+            )
+        else:
+            out.append(
+                check(host, "serving", OK, "LMCACHE_OK", "the LMCache server answers and reports no unhealthy part")
+            )
+    if probe.get("vllm_healthy") is False:
+        out.append(
+            check(
+                host,
+                "serving",
+                ERR,
+                "VLLM_DOWN",
+                f"vLLM does not answer /health: {problems}",
+                "journalctl -u kvtier-vllm (it starts after the LMCache server and stops with it)",
+            )
+        )
+    elif probe.get("vllm_healthy"):
+        models = probe.get("models") or []
+        if expect.get("model") and expect["model"] not in models:
+            out.append(
+                check(
+                    host,
+                    "serving",
+                    ERR,
+                    "VLLM_MODEL_MISSING",
+                    f"vLLM serves {models}, not {expect['model']!r}",
+                    "re-run spark.yml: the unit renders --served-model-name from kvtier_cluster.model",
+                )
+            )
+        else:
+            out.append(check(host, "serving", OK, "VLLM_OK", f"vLLM serves {expect.get('model') or models}"))
+    out += _adapter_checks(host, probe, expect)
+    out += _p2p_checks(host, probe, expect)
+    out += _hit_checks(host, probe)
+    return out
+
+
+def _adapter_checks(host, probe, expect):
+    summary = probe.get("lmcache")
+    out = []
+    for tier, name in sorted((expect.get("adapters") or {}).items()):
+        if tier == "l1_p2p":
+            continue  # P2P is checked by its registration and peers
+        if summary is None:
+            out.append(
+                check(
+                    host,
+                    tier,
+                    UNVERIFIED,
+                    "LMCACHE_COUNTERS_UNAVAILABLE",
+                    "LMCache's counters could not be read, so its store and load path to this tier is not verified",
+                    "see LMCACHE_DOWN",
+                )
+            )
+            continue
+        seen = (summary.get("l2") or {}).get(name)
+        if seen is None and summary.get("l2_store_requests_completed", 0) == 0:
+            out.append(
+                check(
+                    host,
+                    tier,
+                    UNVERIFIED,
+                    "LMCACHE_NO_STORES_YET",
+                    f"LMCache has stored nothing yet, so "
+                    f"its {name} adapter has no counters: send a request (or run with --canary)",
+                )
+            )
+        elif seen is None:
+            out.append(
+                check(
+                    host,
+                    tier,
+                    ERR,
+                    "LMCACHE_ADAPTER_MISSING",
+                    f"LMCache stores to "
+                    f"{', '.join(sorted(summary.get('l2') or {})) or 'nothing'} but has no {name} adapter",
+                    "the running server was started without it: re-run spark.yml (it renders --l2-adapter "
+                    "for every tier in kvtier_cluster.tiers)",
+                )
+            )
+        else:
+            out.append(
+                check(
+                    host,
+                    tier,
+                    OK,
+                    "LMCACHE_ADAPTER_OK",
+                    f"LMCache's {name} adapter: {seen['stores']} "
+                    f"stores, {seen['loads']} loads, {seen['usage_bytes']} bytes",
+                )
+            )
+    return out
+
+
+def _p2p_checks(host, probe, expect):
+    peers = expect.get("p2p_peers")
+    if peers is None:
+        return []
+    status = probe.get("lmcache_status")
+    if status is None:
+        return [
+            check(host, "l1_p2p", UNVERIFIED, "P2P_UNKNOWN", "LMCache's /status could not be read", "see LMCACHE_DOWN")
+        ]
+    if not status.get("p2p_enabled") or status.get("p2p_state") != "registered":
+        return [
+            check(
+                host,
+                "l1_p2p",
+                ERR,
+                "P2P_NOT_REGISTERED",
+                f"LMCache P2P is {status.get('p2p_state')!r}, not "
+                f"registered with the coordinator: every peer lookup misses",
+                "check kvtier-lmcache-coordinator on the coordinator host and the data network; LMCache "
+                "registers again on its own once the coordinator answers",
+            )
+        ]
+    seen = status.get("p2p_peers") or []
+    if len(seen) < peers:
+        return [
+            check(
+                host,
+                "l1_p2p",
+                ERR,
+                "P2P_PEER_MISSING",
+                f"LMCache P2P sees {len(seen)} peer(s) ({', '.join(seen) or 'none'}), expected {peers}",
+                "a peer's LMCache server is down or not registered: check it (its P2P_NOT_REGISTERED); a "
+                "restarted peer reappears after the next coordinator poll",
+            )
+        ]
+    return [check(host, "l1_p2p", OK, "P2P_OK", f"registered, peers {', '.join(seen)}")]
+
+
+def _hit_checks(host, probe):
+    s = probe.get("lmcache")
+    if not s:
+        return []
+    requested = s.get("requested_tokens") or 0
+    if not requested:
+        return [check(host, "l0", UNVERIFIED, "HITS_NO_LOOKUPS", "no lookups yet: hit rates need traffic")]
+    rate = (s.get("hit_tokens") or 0) / requested
+    l0 = (s.get("l1_hit_tokens") or 0) / requested
+    lower = ", ".join(f"{n} {v['loads']} loads" for n, v in sorted((s.get("l2") or {}).items()))
+    return [
+        check(
+            host,
+            "l0",
+            OK,
+            "HIT_RATE",
+            f"{rate:.0%} of {requested} looked-up tokens hit ({l0:.0%} from "
+            f"LMCache's DRAM, kvtier's L0); lower tiers: {lower or 'none'}; LMCache DRAM holds "
+            f"{s.get('l1_memory_usage_bytes', 0)} bytes",
+        )
+    ]
+
+
+def store_gap_checks(host, summary, expect):
+    """A lower tier whose adapter completes fewer stores than the others: it takes nothing in (a black hole).
+
+    `summary`: `lmcache_summary` (cumulative counters). LMCache stores every chunk to each of its store
+    adapters, and a healthy adapter completes a store within milliseconds, so on a node between requests
+    every adapter has completed as many stores as the busiest one.
+    """
+    completed = {name: v.get("stores", 0) for name, v in ((summary or {}).get("l2") or {}).items() if name != "p2p"}
+    wanted = {tier: name for tier, name in (expect.get("adapters") or {}).items() if tier != "l1_p2p"}
+    if not completed or not wanted:
+        return []
+    busiest = max(completed.values())
+    out = []
+    for tier, name in sorted(wanted.items()):
+        done = completed.get(name, 0)
+        if busiest - done > STORE_GAP_LIMIT:
+            out.append(
+                check(
+                    host,
+                    tier,
+                    ERR,
+                    f"{tier.upper()}_STORES_FAILING",
+                    f"LMCache's {name} adapter completed {done} stores, its busiest adapter {busiest} "
+                    f"({summary.get('l2_store_requests_submitted', 0)} submitted in all): the tier takes nothing "
+                    "in, while requests still succeed",
+                    "fix the tier (see its own checks), then restart this node's LMCache server "
+                    "(playbooks/repair_lmcache.yml): its adapter does not reconnect by itself",
+                )
+            )
+    return out
+
+
+def config_checks(host, services, want, want_fingerprint, others=None):
+    """The running services' key settings against the spec's (`want`), naming what differs and where.
+
+    `services`: {"lmcache": running_service, "vllm": running_service}; `others`: {host: key_settings} of the
+    other nodes, shown next to a difference. A difference means zero hits between nodes, with no error.
+    """
+    down = [name for name in ("lmcache", "vllm") if not (services.get(name) or {}).get("argv")]
+    if down:
+        return [
+            check(
+                host,
+                "config",
+                UNVERIFIED,
+                "CONFIG_UNREAD",
+                f"{', '.join(down)} not running: its flags could not be compared",
+                "see the serving checks",
+            )
+        ]
+    have = key_settings(services)
+    out = []
+    for setting, value in sorted(have.items()):
+        if setting not in want or value == want[setting]:
+            continue
+        peers = ", ".join(f"{o} {s.get(setting)}" for o, s in sorted((others or {}).items())) or "no other node read"
+        out.append(
+            check(
+                host,
+                "config",
+                ERR,
+                drift_code(setting),
+                f"{setting} is {value} here, {want[setting]} in "
+                f"kvtier_cluster ({peers}): its cache keys differ, so it gets no hits from the other nodes "
+                "and they none from it",
+                f"re-run spark.yml --limit {host} (the unit was changed outside kvtier)",
+            )
+        )
+    running = ((services.get("lmcache") or {}).get("env") or {}).get("KVTIER_FINGERPRINT")
+    if not out and running and want_fingerprint and running != want_fingerprint:
+        out.append(
+            check(
+                host,
+                "config",
+                ERR,
+                "CONFIG_DRIFT",
+                "the running services were rendered from another cluster spec (their fingerprint differs)",
+                f"re-run spark.yml --limit {host}",
+            )
+        )
+    return out or [
+        check(
+            host,
+            "config",
+            OK,
+            "CONFIG_OK",
+            "the running model, dtype, block and chunk size and hash settings match kvtier_cluster",
+        )
+    ]
+
+
+def l2_checks(host, facts):
+    """The L2 server as LMCache's user sees it from `host`: reachable, authenticated, memory, evictions, latency.
+
+    `facts`: {error?, auth_error?, info {used_memory, maxmemory, evicted_keys, ...}, ping_ms}.
+    """
+    if facts.get("error"):
+        return [
+            check(
+                host,
+                "l2",
+                ERR,
+                "L2_DOWN",
+                f"the L2 server does not answer: {facts['error']}",
+                "start it on the storage node (systemctl start valkey-server or redis-server) and check the "
+                "data network",
+            )
+        ]
+    if facts.get("auth_error"):
+        return [
+            check(
+                host,
+                "l2",
+                ERR,
+                "L2_AUTH",
+                f"LMCache's L2 user cannot log in: {facts['auth_error']}",
+                "the node's copy of the password (kvtier_cluster.l2.password_var) must equal "
+                "kv_store_lmcache_password; re-run site.yml",
+            )
+        ]
+    info = facts.get("info") or {}
+    out = []
+    used, limit = int(info.get("used_memory", 0)), int(info.get("maxmemory", 0))
+    if limit and used / limit >= L2_MEMORY_WARN:
+        out.append(
+            check(
+                host,
+                "l2",
+                WARN,
+                "L2_MEMORY_FULL",
+                f"{used} of {limit} bytes used: new entries evict old ones",
+                "raise kv_store_maxmemory if the storage node has the RAM",
+            )
+        )
+    elif not limit:
+        out.append(
+            check(
+                host,
+                "l2",
+                WARN,
+                "L2_NO_MAXMEMORY",
+                "maxmemory is 0: the server grows until the host swaps",
+                "set kv_store_maxmemory and re-run storage.yml",
+            )
+        )
+    ping = facts.get("ping_ms")
+    if ping is not None and ping > L2_LATENCY_WARN_MS:
+        out.append(
+            check(
+                host,
+                "l2",
+                WARN,
+                "L2_LATENCY",
+                f"PING took {ping:.1f} ms (over {L2_LATENCY_WARN_MS:g} ms)",
+                "check the data network and the storage node's load",
+            )
+        )
+    evicted = int(info.get("evicted_keys", 0))
+    if not out:
+        out.append(
+            check(
+                host,
+                "l2",
+                OK,
+                "L2_OK",
+                f"authenticated; {used} of {limit} bytes used, {evicted} keys evicted, PING {ping:.1f} ms"
+                if ping is not None
+                else "authenticated",
+            )
+        )
+    return out
+
+
+def l3_directory_checks(host, state):
+    """The L3 directory on a Spark: there, writable, with free space."""
+    path = state.get("path")
+    if not state.get("exists"):
+        return [
+            check(
+                host,
+                "l3",
+                ERR,
+                "L3_DIR_MISSING",
+                f"{path} does not exist: LMCache's fs adapter writes nothing",
+                "mount the NFS export (nfs_client) and re-run spark.yml, which creates the directory",
+            )
+        ]
+    if state.get("read_only") or not state.get("writable"):
+        return [
+            check(
+                host,
+                "l3",
+                ERR,
+                "L3_READ_ONLY",
+                f"{path} is not writable by the serving user "
+                f"({'read-only filesystem' if state.get('read_only') else 'permissions'})",
+                "remount read-write / fix the owner (the export's squashed identity)",
+            )
+        ]
+    return _free_checks(host, "l3", "L3", path, state)
+
+
+def _free_checks(host, tier, prefix, path, state):
+    ratio = state.get("free_ratio") or 0.0
+    if ratio < FREE_ERR:
+        return [
+            check(
+                host,
+                tier,
+                ERR,
+                f"{prefix}_FULL",
+                f"{path} has {ratio:.1%} free",
+                "free space on the array (LMCache's fs adapter does not evict)",
+            )
+        ]
+    if ratio < FREE_WARN:
+        return [
+            check(
+                host,
+                tier,
+                WARN,
+                f"{prefix}_FULL",
+                f"{path} has {ratio:.1%} free",
+                "free space on the array soon (LMCache's fs adapter does not evict)",
+            )
+        ]
+    return [check(host, tier, OK, f"{prefix}_OK", f"{path} writable, {ratio:.0%} free")]
+
+
+def nfs_checks(host, facts, rdma_expected=True):
+    """The L3 NFS mount's real transport (from kvtier_nfs.mount_facts)."""
+    if not rdma_expected:
+        return [
+            check(
+                host,
+                "fabric",
+                UNVERIFIED,
+                "L3_NO_FABRIC",
+                "this host has no RDMA fabric (kvtier_rdma_fabric: false): its L3 directory is not an NFS mount",
+            )
+        ]
+    if not facts or not facts.get("mounted"):
+        return [
+            check(
+                host,
+                "l3",
+                ERR,
+                "L3_NOT_MOUNTED",
+                "the L3 NFS export is not mounted",
+                "re-run spark.yml (nfs_client); check the storage node's nfs-server",
+            )
+        ]
+    out = []
+    if facts.get("proto") != "rdma" or facts.get("xprt") not in (None, "rdma"):
+        out.append(
+            check(
+                host,
+                "l3",
+                ERR,
+                "L3_NOT_RDMA",
+                f"the L3 mount runs over {facts.get('xprt') or facts.get('proto')}, "
+                "not RDMA: it works, without the fabric",
+                "check rdma_rxe/ConnectX, the RDMA listener (port 20049) and remount (nfs_client)",
+            )
+        )
+    rsize = int((facts.get("options") or {}).get("rsize") or 0)
+    if rsize and rsize < RSIZE_WANTED:
+        out.append(
+            check(
+                host,
+                "l3",
+                WARN,
+                "L3_RSIZE_SMALL",
+                f"rsize {rsize} (want {RSIZE_WANTED})",
+                "mount with rsize=wsize=1048576 (nfs_client_options)",
+            )
+        )
+    return out or [check(host, "l3", OK, "L3_RDMA_OK", f"NFS {facts.get('vers')} over RDMA")]
+
+
+def array_checks(host, arrays, name, mount_state):
+    """The L3 backing array (from kvtier_nvme facts) and its XFS mount."""
+    found = [a for a in (arrays or {}).values() if str(a.get("md_name") or "").split(":")[-1] == name]
+    if not found:
+        return [
+            check(
+                host,
+                "storage",
+                ERR,
+                "ARRAY_MISSING",
+                f"no md array named {name}",
+                "run storage.yml (nvme_raid adopts or creates it); `cat /proc/mdstat`",
+            )
+        ]
+    array = found[0]
+    out = []
+    if array.get("health") != "healthy":
+        missing = ", ".join(array.get("missing_serials") or []) or "unknown"
+        out.append(
+            check(
+                host,
+                "storage",
+                ERR,
+                "ARRAY_DEGRADED",
+                f"{array.get('device')} is {array.get('health')}, "
+                f"missing drive(s) {missing}: a RAID0 without a member has lost its data",
+                "replace the drive and rebuild the array with nvme_raid (the cache starts empty)",
+            )
+        )
+    else:
+        out.append(
+            check(
+                host,
+                "storage",
+                OK,
+                "ARRAY_OK",
+                f"{array.get('device')} {array.get('level')} of "
+                f"{array.get('raid_disks')} drives ({', '.join(array.get('member_serials') or [])})",
+            )
+        )
+    mounts = array.get("mounts") or []
+    if not mounts:
+        out.append(
+            check(
+                host,
+                "storage",
+                ERR,
+                "XFS_NOT_MOUNTED",
+                f"{array.get('device')} is not mounted",
+                "run storage.yml (it mounts the array by UUID)",
+            )
+        )
+    elif mount_state is not None:
+        out += _free_checks(host, "storage", "XFS", mounts[0].get("target"), mount_state)
+    return out
+
+
+def exit_status(checks):
+    """0 when no check is ERR, else 1."""
+    return 1 if any(c["status"] == ERR for c in checks) else 0

@@ -1,0 +1,147 @@
+#!/usr/bin/python
+"""Ansible module: every kvtier health check of one host, read-only (also in check mode)."""
+
+DOCUMENTATION = r"""
+module: kvtier_health
+short_description: Check a Spark's or the storage node's tiers and name every problem with its code and fix
+description:
+  - Read-only; changes nothing, so check mode runs every check too.
+  - On a Spark (O(endpoints) given) checks the LMCache server and vLLM, P2P registration and peers, the LMCache
+    adapter of each lower tier and whether its stores complete, the L2 server as LMCache's user sees it, the L3
+    directory and the NFS mount's transport, and the running services' cache-key settings against the spec.
+  - On the storage node (O(array_name) given) checks the md array by member serial and its XFS mount's free space.
+  - Each check is host, tier, status (OK, WARN, ERR, UNVERIFIED with the reason it could not run), a stable code,
+    a reason and a fix. The same code backs C(kvtier health), which adds checks across nodes.
+options:
+  name: {description: Host name to put in the results (the inventory name)., type: str, required: true}
+  endpoints: {description: "URLs of vllm, lmcache_http and lmcache_metrics (kvtier renders them).", type: dict}
+  model: {description: Served model name vLLM must list., type: str}
+  p2p_peers: {description: Peers LMCache P2P must see (omit without P2P)., type: int}
+  adapters: {description: "LMCache adapter of each lower tier, e.g. {l2: resp, l3: fs}.", type: dict, default: {}}
+  units: {description: "systemd units of the services: {lmcache: ..., vllm: ...}.", type: dict, default: {}}
+  expected_settings: {description: Key settings the spec renders (see kvtier.probes.health.key_settings)., type: dict}
+  fingerprint: {description: The cluster fingerprint the units must carry., type: str}
+  l2_host: {description: L2 server address as LMCache reaches it., type: str}
+  l2_port: {description: L2 server port., type: int}
+  l2_user: {description: LMCache's ACL user., type: str}
+  l2_password: {description: Its password., type: str}
+  l3_path: {description: LMCache's L3 directory., type: path}
+  nfs_mount_point:
+    description: The L3 NFS mount, checked when O(rdma_fabric) is true (default, the mount that holds O(l3_path)).
+    type: path
+  rdma_fabric: {description: Whether the host has an RDMA fabric (an NFS mount for L3)., type: bool, default: true}
+  array_name: {description: Name of the md array that backs L3 (storage node)., type: str}
+  fail_on_error: {description: Fail, listing every ERR, when one check is ERR., type: bool, default: true}
+"""
+
+EXAMPLES = r"""
+- name: Check this Spark's tiers
+  kvtier_health:
+    name: "{{ inventory_hostname }}"
+    endpoints: "{{ vllm_lmcache_node.endpoints }}"
+    model: "{{ vllm_lmcache_node.served_name }}"
+    adapters: {l2: resp, l3: fs}
+"""
+
+RETURN = r"""
+checks:
+  description: Every check, each with host, tier, status, code, reason and fix.
+  returned: always
+  type: list
+  elements: dict
+counts:
+  description: Number of checks per status.
+  returned: always
+  type: dict
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.kvtier_health import (
+    ERR,
+    STATUSES,
+    array_checks,
+    config_checks,
+    directory_state,
+    l2_checks,
+    l3_directory_checks,
+    nfs_checks,
+    running_service,
+    serving_checks,
+    store_gap_checks,
+)
+from ansible.module_utils.kvtier_lmcache import probe_node
+from ansible.module_utils.kvtier_nfs import MOUNTS, mount_facts, mount_point_of, read
+from ansible.module_utils.kvtier_nvme import ProbeError, collect
+from ansible.module_utils.kvtier_resp import client_view
+
+
+def spark(p):
+    expect = {"model": p["model"], "adapters": p["adapters"], "p2p_peers": p["p2p_peers"]}
+    probe = probe_node(p["endpoints"], p["model"], 5.0, p["p2p_peers"])
+    out = serving_checks(p["name"], probe, expect) + store_gap_checks(p["name"], probe.get("lmcache"), expect)
+    if p["l2_host"]:
+        out += l2_checks(p["name"], client_view(p["l2_host"], p["l2_port"], p["l2_user"], p["l2_password"] or ""))
+    if p["l3_path"]:
+        out += l3_directory_checks(p["name"], directory_state(p["l3_path"]))
+        facts = None
+        if p["rdma_fabric"]:
+            point = p["nfs_mount_point"] or mount_point_of(p["l3_path"], read(MOUNTS))
+            facts = mount_facts(point)
+        out += nfs_checks(p["name"], facts, p["rdma_fabric"])
+    if p["expected_settings"]:
+        services = {name: running_service(unit) for name, unit in p["units"].items()}
+        out += config_checks(p["name"], services, p["expected_settings"], p["fingerprint"])
+    return out
+
+
+def storage(p):
+    nvme = collect()
+    arrays = nvme.get("md_arrays") or {}
+    targets = [m.get("target") for a in arrays.values() for m in a.get("mounts") or [] if m.get("target")]
+    return array_checks(p["name"], arrays, p["array_name"], directory_state(targets[0]) if targets else None)
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            name=dict(type="str", required=True),
+            endpoints=dict(type="dict"),
+            model=dict(type="str"),
+            p2p_peers=dict(type="int"),
+            adapters=dict(type="dict", default={}),
+            units=dict(type="dict", default={}),
+            expected_settings=dict(type="dict"),
+            fingerprint=dict(type="str"),
+            l2_host=dict(type="str"),
+            l2_port=dict(type="int"),
+            l2_user=dict(type="str"),
+            l2_password=dict(type="str", no_log=True),
+            l3_path=dict(type="path"),
+            nfs_mount_point=dict(type="path"),
+            rdma_fabric=dict(type="bool", default=True),
+            array_name=dict(type="str"),
+            fail_on_error=dict(type="bool", default=True),
+        ),
+        required_one_of=[["endpoints", "array_name"]],
+        required_by={"l2_host": ["l2_port", "l2_user"]},
+        supports_check_mode=True,
+    )
+    p = module.params
+    checks = []
+    try:
+        if p["endpoints"]:
+            checks += spark(p)
+        if p["array_name"]:
+            checks += storage(p)
+    except ProbeError as err:
+        module.fail_json(msg=str(err), checks=checks)
+    counts = {status: sum(1 for c in checks if c["status"] == status) for status in STATUSES}
+    errors = [c for c in checks if c["status"] == ERR]
+    if errors and p["fail_on_error"]:
+        lines = ["%s %s %s: %s (fix: %s)" % (c["host"], c["tier"], c["code"], c["reason"], c["fix"]) for c in errors]
+        module.fail_json(msg="%d check(s) ERR: %s" % (len(errors), "; ".join(lines)), checks=checks, counts=counts)
+    module.exit_json(changed=False, checks=checks, counts=counts)
+
+
+if __name__ == "__main__":
+    main()

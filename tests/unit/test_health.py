@@ -1,0 +1,273 @@
+"""Health checks: recorded LMCache/vLLM/NFS outputs and synthetic faults turned into codes, reports and exit status."""
+
+import json
+import pathlib
+
+import pytest
+
+from kvtier.cluster import load_spec
+from kvtier.health import checks, gather, report
+from kvtier.probes import health as h
+from kvtier.probes import lmcache as lmcache_probe
+from kvtier.probes import nfs as nfs_probe
+from kvtier.proof.target import Target
+from tests.unit._cluster_data import spec_dict
+from tests.unit.test_lmcache_probe import server  # noqa: F401  (the recorded LMCache/vLLM endpoints)
+from tests.unit.test_resp_probe import redis_server  # noqa: F401  (a real redis-server with an ACL user)
+
+FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
+EXPECT = {"model": "tiny", "adapters": {"l2": "resp", "l3": "fs"}, "p2p_peers": None}
+
+
+def codes(found, status=None):
+    return [(c["host"], c["tier"], c["code"]) for c in found if status is None or c["status"] == status]
+
+
+def _probe(url):
+    return lmcache_probe.probe_node({"lmcache_http": url, "lmcache_metrics": url + "/metrics", "vllm": url}, "tiny")
+
+
+def test_a_healthy_spark(server):  # noqa: F811
+    url, _ = server
+    found = h.serving_checks("spark01", _probe(url), EXPECT)
+    assert codes(found) == [
+        ("spark01", "serving", "LMCACHE_OK"),
+        ("spark01", "serving", "VLLM_OK"),
+        ("spark01", "l2", "LMCACHE_ADAPTER_OK"),
+        ("spark01", "l3", "LMCACHE_ADAPTER_OK"),
+        ("spark01", "l0", "HIT_RATE"),
+    ]
+    assert all(c["status"] == h.OK for c in found)
+    assert "resp adapter: 1 stores, 1 loads" in found[2]["reason"]
+
+
+def test_lmcache_and_vllm_down_are_errors_and_the_counters_unverified():
+    probe = lmcache_probe.probe_node(
+        {
+            "lmcache_http": "http://127.0.0.1:9",
+            "lmcache_metrics": "http://127.0.0.1:9/metrics",
+            "vllm": "http://127.0.0.1:9",
+        }
+    )
+    found = h.serving_checks("spark02", probe, EXPECT)
+    assert ("spark02", "serving", "LMCACHE_DOWN") in codes(found, h.ERR)
+    assert ("spark02", "serving", "VLLM_DOWN") in codes(found, h.ERR)
+    assert codes(found, h.UNVERIFIED) == [
+        ("spark02", "l2", "LMCACHE_COUNTERS_UNAVAILABLE"),
+        ("spark02", "l3", "LMCACHE_COUNTERS_UNAVAILABLE"),
+    ]
+    assert all(c["fix"] for c in found if c["status"] != h.OK)
+
+
+def test_wrong_model_and_missing_adapter(server):  # noqa: F811
+    url, _ = server
+    found = h.serving_checks("spark01", _probe(url), {**EXPECT, "model": "Qwen/Qwen3-8B", "adapters": {"l2": "valkey"}})
+    assert codes(found, h.ERR) == [
+        ("spark01", "serving", "VLLM_MODEL_MISSING"),
+        ("spark01", "l2", "LMCACHE_ADAPTER_MISSING"),
+    ]
+
+
+@pytest.mark.parametrize(
+    "status, code",
+    [
+        ({"p2p_enabled": True, "p2p_state": "connecting", "p2p_peers": []}, "P2P_NOT_REGISTERED"),
+        ({"p2p_enabled": True, "p2p_state": "registered", "p2p_peers": ["10.0.0.2:5555"]}, "P2P_PEER_MISSING"),
+        ({"p2p_enabled": True, "p2p_state": "registered", "p2p_peers": ["a", "b"]}, "P2P_OK"),
+    ],
+)
+def test_p2p(status, code):
+    probe = {"lmcache_healthy": True, "lmcache_status": {"unhealthy": [], **status}}
+    found = [c for c in h.serving_checks("spark01", probe, {**EXPECT, "p2p_peers": 2}) if c["tier"] == "l1_p2p"]
+    assert [c["code"] for c in found] == [code]
+
+
+def test_an_adapter_that_stops_completing_stores_is_named():
+    def summary(fs, resp, submitted):
+        l2 = {"fs": {"stores": fs}, "resp": {"stores": resp}, "p2p": {"stores": 0}}
+        return {"l2": l2, "l2_store_requests_submitted": submitted}
+
+    assert h.store_gap_checks("spark01", summary(20, 20, 40), EXPECT) == []
+    # After the L2 server restarted: LMCache keeps submitting to resp, and only fs completes.
+    broken = summary(40, 21, 80)
+    found = h.store_gap_checks("spark01", broken, EXPECT)
+    assert codes(found, h.ERR) == [("spark01", "l2", "L2_STORES_FAILING")]
+    assert "resp adapter completed 21 stores, its busiest adapter 40" in found[0]["reason"]
+
+
+def test_l2_as_lmcache_sees_it(redis_server):  # noqa: F811
+    namespace = {}
+    exec(compile(gather.SPARK_SOURCE, "spark-gather", "exec"), namespace)
+    good = namespace["client_view"]("127.0.0.1", redis_server, "probe", "probe-password-1234567")
+    assert "info" in good and good["ping_ms"] >= 0
+    # The test server runs without maxmemory, which a cache must not.
+    assert codes(h.l2_checks("spark01", good)) == [("spark01", "l2", "L2_NO_MAXMEMORY")]
+    bounded = {**good, "info": {**good["info"], "maxmemory": 1 << 30}, "ping_ms": 0.3}
+    assert codes(h.l2_checks("spark01", bounded)) == [("spark01", "l2", "L2_OK")]
+    wrong = namespace["client_view"]("127.0.0.1", redis_server, "probe", "not-the-password-0000")
+    assert codes(h.l2_checks("spark01", wrong), h.ERR) == [("spark01", "l2", "L2_AUTH")]
+    down = namespace["client_view"]("127.0.0.1", 9, "probe", "x")
+    assert codes(h.l2_checks("spark01", down), h.ERR) == [("spark01", "l2", "L2_DOWN")]
+    full = h.l2_checks("s", {"info": {"used_memory": 99, "maxmemory": 100}, "ping_ms": 9.0})
+    assert codes(full, h.WARN) == [("s", "l2", "L2_MEMORY_FULL"), ("s", "l2", "L2_LATENCY")]
+
+
+def test_gatherers_run_as_one_script(server, tmp_path):  # noqa: F811
+    url, _ = server
+    namespace = {}
+    exec(compile(gather.SPARK_SOURCE, "spark-gather", "exec"), namespace)
+    summary = namespace["probe_node"]({"lmcache_metrics": url + "/metrics"})["lmcache"]
+    assert summary["l2_store_requests_submitted"] == 2 and summary["l2"]["resp"]["stores"] == 1
+    state = namespace["directory_state"](str(tmp_path))
+    assert state["exists"] and state["writable"] and 0 < state["free_ratio"] <= 1
+    assert namespace["running_service"]("kvtier-no-such.service")["active"] is False
+    exec(compile(gather.STORAGE_SOURCE, "storage-gather", "exec"), {})
+
+
+def test_l3_directory(tmp_path):
+    assert codes(h.l3_directory_checks("s", {"path": "/nope", "exists": False}), h.ERR) == [
+        ("s", "l3", "L3_DIR_MISSING")
+    ]
+    read_only = {"path": "/x", "exists": True, "writable": True, "read_only": True, "free_ratio": 0.5}
+    assert codes(h.l3_directory_checks("s", read_only), h.ERR) == [("s", "l3", "L3_READ_ONLY")]
+    full = {"path": "/x", "exists": True, "writable": True, "read_only": False, "free_ratio": 0.01}
+    assert codes(h.l3_directory_checks("s", full), h.ERR) == [("s", "l3", "L3_FULL")]
+    assert codes(h.l3_directory_checks("s", h.directory_state(str(tmp_path))), h.OK) == [("s", "l3", "L3_OK")]
+
+
+def test_nfs_transport_from_recorded_mounts():
+    def facts(kind):
+        d = FIXTURES / "nfs" / kind
+        return nfs_probe.describe("/mnt/kvcache", (d / "mounts").read_text(), (d / "mountstats").read_text())
+
+    rdma = h.nfs_checks("spark01", facts("rdma"))
+    # Recorded over soft-RoCE with the kernel's default 256 KiB transfers.
+    assert codes(rdma) == [("spark01", "l3", "L3_RSIZE_SMALL")]
+    assert ("spark01", "l3", "L3_NOT_RDMA") in codes(h.nfs_checks("spark01", facts("tcp")), h.ERR)
+    assert codes(h.nfs_checks("spark01", {"mounted": False}), h.ERR) == [("spark01", "l3", "L3_NOT_MOUNTED")]
+    assert codes(h.nfs_checks("spark01", None, rdma_expected=False), h.UNVERIFIED) == [
+        ("spark01", "fabric", "L3_NO_FABRIC")
+    ]
+
+
+def test_array():
+    healthy = {
+        "md127": {
+            "md_name": "host:kvcache",
+            "health": "healthy",
+            "device": "/dev/md127",
+            "level": "raid0",
+            "raid_disks": 8,
+            "member_serials": ["A"],
+            "mounts": [{"target": "/srv/kvcache"}],
+        }
+    }
+    mount = {"path": "/srv/kvcache", "exists": True, "writable": True, "free_ratio": 0.05}
+    assert codes(h.array_checks("st", healthy, "kvcache", mount)) == [
+        ("st", "storage", "ARRAY_OK"),
+        ("st", "storage", "XFS_FULL"),
+    ]
+    broken = {"md127": {**healthy["md127"], "health": "broken", "missing_serials": ["LAB0000004"], "mounts": []}}
+    found = h.array_checks("st", broken, "kvcache", None)
+    assert codes(found, h.ERR) == [("st", "storage", "ARRAY_DEGRADED"), ("st", "storage", "XFS_NOT_MOUNTED")]
+    assert "LAB0000004" in found[0]["reason"]
+    assert codes(h.array_checks("st", {}, "kvcache", None)) == [("st", "storage", "ARRAY_MISSING")]
+
+
+def _running(chunk="256", model="/opt/kvtier/models/Qwen3-8B"):
+    from kvtier.cluster import fingerprint
+
+    spec = load_spec(spec_dict())
+    return {
+        "lmcache": {
+            "argv": ["lmcache", "server", "--chunk-size", chunk, "--hash-algorithm", "blake3"],
+            "env": {"KVTIER_FINGERPRINT": fingerprint(spec)},
+        },
+        "vllm": {"argv": ["python", "--model", model, "--dtype", "bfloat16", "--block-size", "16"]},
+    }
+
+
+def test_config_drift_names_the_setting_and_the_node():
+    t = Target(spec=load_spec(spec_dict()), nodes={})
+    facts = {"spark01": _running(), "spark02": _running(chunk="128"), "spark03": {"error": "unreachable"}}
+    found = checks.config_checks(t, facts)
+    assert codes(found) == [("spark01", "config", "CONFIG_OK"), ("spark02", "config", "CONFIG_DRIFT_CHUNK")]
+    assert "lmcache --chunk-size is 128 here, 256 in kvtier_cluster (spark01 256)" in found[1]["reason"]
+    moved = checks.config_checks(t, {"spark01": _running(model="/srv/other")})
+    assert codes(moved, h.ERR) == [("spark01", "config", "CONFIG_DRIFT_MODEL")]
+
+
+def test_report_table_json_and_prometheus(tmp_path):
+    found = [
+        h.check("spark01", "l2", h.OK, "L2_OK", "fine"),
+        h.check("spark02", "l2", h.ERR, "L2_AUTH", "cannot log in", "fix the password"),
+    ]
+    table = report.table(found).splitlines()
+    assert table[1].split()[:4] == ["spark02", "l2", "ERR", "L2_AUTH"] and "fix: fix the password" in table[2]
+    assert table[-1] == "2 checks: 1 OK, 0 WARN, 1 ERR, 0 UNVERIFIED"
+    assert h.exit_status(found) == 1 and h.exit_status(found[:1]) == 0
+    assert set(json.loads(json.dumps(found))[0]) == {"host", "tier", "status", "code", "reason", "fix"}
+    facts = {
+        "spark01": {
+            "probe": {
+                "lmcache": {
+                    "requested_tokens": 10,
+                    "l1_hit_tokens": 4,
+                    "l2_hit_tokens": 2,
+                    "l2": {"resp": {"loads": 3}},
+                }
+            }
+        }
+    }
+    text = report.prometheus(found, facts)
+    assert 'kvtier_health_status{host="spark02",tier="l2",code="L2_AUTH"} 2' in text
+    assert 'kvtier_hit_tokens_total{host="spark01",tier="l0"} 4' in text
+    assert 'kvtier_tier_loads_total{host="spark01",adapter="resp"} 3' in text
+    path = tmp_path / "textfile" / "kvtier.prom"
+    report.write_textfile(str(path), text)
+    assert path.read_text() == text and not list(path.parent.glob(".kvtier-health.*"))
+
+
+def _run_module(args, capsys):
+    import kvtier_health
+    from ansible.module_utils.testing import patch_module_args
+
+    with patch_module_args(args), pytest.raises(SystemExit):
+        kvtier_health.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_module_on_a_healthy_spark_reports_every_check(server, tmp_path, capsys):  # noqa: F811
+    url, _ = server
+    endpoints = {"vllm": url, "lmcache_http": url, "lmcache_metrics": url + "/metrics"}
+    out = _run_module(
+        {
+            "name": "spark01",
+            "endpoints": endpoints,
+            "model": "tiny",
+            "adapters": {"l2": "resp", "l3": "fs"},
+            "l3_path": str(tmp_path),
+            "rdma_fabric": False,
+            "_ansible_check_mode": True,
+        },
+        capsys,
+    )
+    assert not out.get("failed") and out["changed"] is False
+    assert ("spark01", "l3", "L3_OK") in codes(out["checks"]) and out["counts"]["ERR"] == 0
+    assert ("spark01", "fabric", "L3_NO_FABRIC") in codes(out["checks"], h.UNVERIFIED)
+
+
+def test_module_fails_listing_every_error(capsys):
+    endpoints = {"vllm": "http://127.0.0.1:9", "lmcache_http": "http://127.0.0.1:9"}
+    out = _run_module({"name": "spark02", "endpoints": endpoints, "model": "tiny"}, capsys)
+    assert out["failed"] and out["msg"].startswith("2 check(s) ERR: spark02 serving LMCACHE_DOWN")
+    assert "VLLM_DOWN" in out["msg"] and "(fix: " in out["msg"] and len(out["checks"]) == 2
+    out = _run_module({"name": "spark02", "endpoints": endpoints, "fail_on_error": False}, capsys)
+    assert not out.get("failed") and out["counts"]["ERR"] == 2
+
+
+def test_the_mount_that_holds_the_l3_path():
+    mounts = "/dev/sda1 / ext4 rw 0 0\nsrv:/srv/kvcache /mnt/kvcache nfs4 rw,proto=rdma 0 0\n"
+    assert nfs_probe.mount_point_of("/mnt/kvcache/lmcache", mounts) == "/mnt/kvcache"
+    assert nfs_probe.mount_point_of("/mnt/kvcache", mounts) == "/mnt/kvcache"
+    assert nfs_probe.mount_point_of("/mnt/kvcachex/lmcache", mounts) == "/"
