@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from kvtier import passwords
 from kvtier.cluster._fields import format_number
 from kvtier.cluster.fingerprint import fingerprint
-from kvtier.cluster.spec import VALKEY_SWAPPED_CREDENTIALS, ClusterSpec, NodeSpec, SpecError, host_for_url
+from kvtier.cluster.spec import VALKEY_SWAPPED_CREDENTIALS, ClusterSpec, NodeSpec, SpecError, budget, host_for_url
 
 GIB = 1 << 30
 LMCACHE_HTTP_HOST = "127.0.0.1"  # the admin API has no authentication: loopback only
@@ -224,10 +224,13 @@ def vllm(spec: ClusterSpec, node_name: str) -> ProcessSpec:
         "--block-size",
         str(v.block_size),
         "--kv-cache-memory-bytes",
-        str(int(v.gpu_kv_cache_gib * GIB)),
+        str(budget(spec, node).kv_cache_memory_bytes),
         "--enable-prefix-caching" if v.prefix_caching else "--no-enable-prefix-caching",
         "--enable-prompt-tokens-details",
     ]
+    if spec.install.vllm_package == "vllm":
+        # vLLM starts only if this share of the unified memory is free, after LMCache's DRAM and the OS took theirs.
+        argv += ["--gpu-memory-utilization", f"{budget(spec, node).gpu_memory_utilization:.2f}"]
     if v.enforce_eager:
         argv.append("--enforce-eager")
     if model.kv_cache_dtype != "auto":

