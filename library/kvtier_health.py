@@ -55,6 +55,8 @@ counts:
   type: dict
 """
 
+import time
+
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.kvtier_health import (
     ERR,
@@ -69,7 +71,8 @@ from ansible.module_utils.kvtier_health import (
     serving_checks,
     store_gap_checks,
 )
-from ansible.module_utils.kvtier_lmcache import probe_node
+from ansible.module_utils.kvtier_lmcache import ProbeError as EndpointError
+from ansible.module_utils.kvtier_lmcache import get_metrics, lmcache_summary, probe_node
 from ansible.module_utils.kvtier_nfs import MOUNTS, mount_facts, mount_point_of, read
 from ansible.module_utils.kvtier_nvme import ProbeError, collect
 from ansible.module_utils.kvtier_resp import client_view
@@ -78,7 +81,11 @@ from ansible.module_utils.kvtier_resp import client_view
 def spark(p):
     expect = {"model": p["model"], "adapters": p["adapters"], "p2p_peers": p["p2p_peers"]}
     probe = probe_node(p["endpoints"], p["model"], 5.0, p["p2p_peers"])
-    out = serving_checks(p["name"], probe, expect) + store_gap_checks(p["name"], probe.get("lmcache"), expect)
+    later = None
+    if probe.get("lmcache") is not None and p["endpoints"].get("lmcache_metrics"):
+        time.sleep(1)  # a working adapter catches up within a second (store_gap_checks)
+        later = lmcache_summary(get_metrics(p["endpoints"]["lmcache_metrics"]))
+    out = serving_checks(p["name"], probe, expect) + store_gap_checks(p["name"], probe.get("lmcache"), expect, later)
     if p["l2_host"]:
         out += l2_checks(p["name"], client_view(p["l2_host"], p["l2_port"], p["l2_user"], p["l2_password"] or ""))
     if p["l3_path"]:
@@ -133,7 +140,7 @@ def main():
             checks += spark(p)
         if p["array_name"]:
             checks += storage(p)
-    except ProbeError as err:
+    except (ProbeError, EndpointError) as err:
         module.fail_json(msg=str(err), checks=checks)
     counts = {status: sum(1 for c in checks if c["status"] == status) for status in STATUSES}
     errors = [c for c in checks if c["status"] == ERR]

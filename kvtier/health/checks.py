@@ -31,7 +31,7 @@ def spark_checks(t: Target, host: str, facts: dict) -> list:
         ]
     expect = expectations(t)
     out = h.serving_checks(host, facts.get("probe") or {}, expect)
-    out += h.store_gap_checks(host, (facts.get("probe") or {}).get("lmcache"), expect)
+    out += h.store_gap_checks(host, (facts.get("probe") or {}).get("lmcache"), expect, facts.get("later"))
     if "l2" in facts:
         out += h.l2_checks(host, facts["l2"])
     elif t.spec.l2 is not None:

@@ -39,6 +39,8 @@ def spark(t: Target, host: str) -> dict:
         f"probe=probe_node({endpoints!r}, {t.model!r}, 5.0, {peers!r})",
         f"lmcache=running_service({t.units['lmcache']!r})",
         f"vllm=running_service({t.units['vllm']!r})",
+        # The store counters again a second later: a working adapter has caught up by then (store_gap_checks).
+        f"later=(time.sleep(1), lmcache_summary(get_metrics({endpoints['lmcache_metrics']!r})))[1]",
     ]
     if spec.l3 is not None:
         parts.append(f"l3=directory_state({spec.l3.path!r})")

@@ -22,11 +22,14 @@ import time
 import yaml
 
 from kvtier import images, wheelhouse
+from kvtier.health import checks as health_checks
+from kvtier.health import report as health_report
 from kvtier.inventory import Inventory, InventoryError
 from kvtier.lab import fabric, sparks
 from kvtier.lab.runner import run_playbook
 from kvtier.lab.stages import StageFailed, Stages
 from kvtier.probes import cpu as cpu_probe
+from kvtier.probes import health as health_probe
 from kvtier.proof import nodes, target, tiers
 from kvtier.vm import host, image
 
@@ -57,6 +60,8 @@ PROVISIONING_INPUTS = (
 # An idle Spark's kvtier services (LMCache server, coordinator, vLLM) are measured over IDLE_SECONDS. The aim is
 # under 5 % of one core (about 3.5 % measured here); the stage fails at IDLE_LIMIT_PERCENT, which a busy-polling
 # thread (~100 %) crosses on any machine and a slower machine's honest idle does not.
+# Requests sent to each Spark after L2 came back: enough for a broken adapter to fall STORE_GAP_LIMIT behind.
+STORES_PER_SPARK = 4
 IDLE_SECONDS = 60.0
 IDLE_AIM_PERCENT = 5.0
 IDLE_LIMIT_PERCENT = 25.0
@@ -291,12 +296,63 @@ def _lookup_timeouts(out, since: float) -> str:
     return "none in LMCache's journals"
 
 
-def _lab_playbook(out, name: str) -> str:
-    """One of the lab's own test playbooks (tests/lab/), against the lab inventory."""
-    ok, changed, seconds, failures = run_playbook(REPO, f"../tests/lab/{name}", INVENTORY, out=out)
+def _playbook(out, name: str) -> str:
+    """A playbook (relative to playbooks/) on the lab; a failure fails the stage with the failed tasks."""
+    ok, changed, seconds, failures = run_playbook(REPO, name, INVENTORY, out=out)
     if not ok:
         raise StageFailed("; ".join(failures) or f"{name} failed")
     return f"{name} in {seconds:.0f} s"
+
+
+def _lab_playbook(out, name: str) -> str:
+    """One of the lab's own test playbooks (tests/lab/)."""
+    return _playbook(out, f"../tests/lab/{name}")
+
+
+def _health_run(out) -> tuple:
+    """(checks, seconds) of `kvtier health` on the lab, its table printed."""
+    started = time.monotonic()
+    found, _ = health_checks.run(proof_target())
+    seconds = time.monotonic() - started
+    for line in health_report.table(found).splitlines():
+        out("  " + line)
+    return found, seconds
+
+
+def _health(out) -> str:
+    """The healthy lab: every check OK, or UNVERIFIED with its reason; never ERR or WARN."""
+    found, seconds = _health_run(out)
+    bad = [f"{c['host']} {c['code']}" for c in found if c["status"] in (health_probe.ERR, health_probe.WARN)]
+    if bad:
+        raise StageFailed("problems on a healthy lab: " + ", ".join(bad))
+    counts = {s: sum(1 for c in found if c["status"] == s) for s in health_probe.STATUSES}
+    return f"{len(found)} checks in {seconds:.1f} s: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+
+
+def _l2_came_back(out) -> str:
+    """After the storage node's reboot emptied and restarted L2: requests keep succeeding, health names the broken
+    LMCache adapter on every Spark (L2_STORES_FAILING), playbooks/repair_lmcache.yml restores it, health is clean."""
+    t = proof_target()
+    proof = tiers.Proof(t, out=out)
+    times, failed = [], 0
+    for round_ in range(STORES_PER_SPARK):
+        for spark in t.nodes:
+            try:
+                times.append(proof.complete(spark, proof.prompt(spark, f"after the L2 restart {round_}"))["seconds"])
+            except tiers.ProofError as exc:
+                failed += 1
+                out(f"  {spark}: request failed: {exc}")
+    out(f"  {len(times)} requests answered, {failed} failed; slowest {max(times, default=0):.2f} s")
+    found, _ = _health_run(out)
+    seen = {c["host"] for c in found if c["code"] == "L2_STORES_FAILING"}
+    if failed or seen != set(t.nodes):
+        raise StageFailed(f"{failed} request(s) failed; L2_STORES_FAILING seen on {sorted(seen) or 'no Spark'}")
+    _playbook(out, "repair_lmcache.yml")
+    found, _ = _health_run(out)
+    errors = [f"{c['host']} {c['code']}" for c in found if c["status"] == health_probe.ERR]
+    if errors:
+        raise StageFailed("after repair_lmcache.yml: " + ", ".join(errors))
+    return f"L2_STORES_FAILING on {len(seen)} Spark(s), 0 of {len(times)} requests failed; repaired, health clean"
 
 
 def _differences(out) -> None:
@@ -331,6 +387,7 @@ def up(out=print, check: bool = False, provision: bool = False) -> int:
             )
         if not check:
             stages.run("tier proof (every Spark, every tier)", _prove, out)
+            stages.run("health (every check of every node)", _health, out)
             stages.run("no peer-lookup timeouts", _lookup_timeouts, out, began)
     except _LAB_ERRORS as exc:
         out(f"\n  {exc}")
@@ -360,11 +417,13 @@ def test(out=print, keep: bool = False) -> int:
         stages.run("site.yml", _site, out)
         stages.run("site.yml again (changes nothing)", _site, out, idempotent=True)
         stages.run("tier proof (every Spark, every tier)", _prove, out)
+        stages.run("health (every check of every node)", _health, out)
         stages.run(f"idle Sparks ({IDLE_SECONDS:.0f} s)", _idle, out)
         stages.run("no peer-lookup timeouts", _lookup_timeouts, out, began)
         # The storage node's own checks come last: its reboot empties L2 under the Sparks. Then a client mounts
         # the export that came back.
         stages.run("storage node reboot (array, link, export come back)", _lab_playbook, out, "storage_reboot.yml")
+        stages.run("fault: L2 restarted under LMCache (health, repair)", _l2_came_back, out)
         stages.run("NFS/RDMA client role (the export after the reboot)", _lab_playbook, out, "nfs_client.yml")
     except _LAB_ERRORS as exc:
         out(f"\n  {exc}")

@@ -30,8 +30,8 @@ L2_MEMORY_WARN = 0.95
 L2_LATENCY_WARN_MS = 5.0
 FREE_WARN, FREE_ERR = 0.10, 0.02
 RSIZE_WANTED = 1048576
-# Chunk stores in flight on a node between requests; more than this outstanding means they are not completing.
-STORE_GAP_LIMIT = 8
+# Store requests an adapter may lag behind the busiest one (in flight); more, not draining, means failing.
+STORE_GAP_LIMIT = 2
 
 
 def check(host, tier, status, code, reason, fix=""):
@@ -301,31 +301,35 @@ def _hit_checks(host, probe):
     ]
 
 
-def store_gap_checks(host, summary, expect):
+def _completed(summary):
+    return {name: v.get("stores", 0) for name, v in ((summary or {}).get("l2") or {}).items() if name != "p2p"}
+
+
+def store_gap_checks(host, summary, expect, later=None):
     """A lower tier whose adapter completes fewer stores than the others: it takes nothing in (a black hole).
 
-    `summary`: `lmcache_summary` (cumulative counters). LMCache stores every chunk to each of its store
-    adapters, and a healthy adapter completes a store within milliseconds, so on a node between requests
-    every adapter has completed as many stores as the busiest one.
+    `summary`, `later`: `lmcache_summary` read twice, a second apart (cumulative counters). LMCache stores every
+    chunk to each of its store adapters, and a working adapter drains its backlog within milliseconds; one that
+    is more than STORE_GAP_LIMIT stores behind the busiest and does not catch up in that second is failing.
     """
-    completed = {name: v.get("stores", 0) for name, v in ((summary or {}).get("l2") or {}).items() if name != "p2p"}
+    completed, after = _completed(summary), _completed(later if later is not None else summary)
     wanted = {tier: name for tier, name in (expect.get("adapters") or {}).items() if tier != "l1_p2p"}
     if not completed or not wanted:
         return []
-    busiest = max(completed.values())
     out = []
     for tier, name in sorted(wanted.items()):
-        done = completed.get(name, 0)
-        if busiest - done > STORE_GAP_LIMIT:
+        gap = max(completed.values()) - completed.get(name, 0)
+        gap_later = max(after.values()) - after.get(name, 0)
+        if gap > STORE_GAP_LIMIT and gap_later >= gap:
             out.append(
                 check(
                     host,
                     tier,
                     ERR,
                     f"{tier.upper()}_STORES_FAILING",
-                    f"LMCache's {name} adapter completed {done} stores, its busiest adapter {busiest} "
-                    f"({summary.get('l2_store_requests_submitted', 0)} submitted in all): the tier takes nothing "
-                    "in, while requests still succeed",
+                    f"LMCache's {name} adapter completed {after.get(name, 0)} stores, its busiest adapter "
+                    f"{max(after.values())} ({(later or summary).get('l2_store_requests_submitted', 0)} submitted in "
+                    "all), and it is not catching up: the tier takes nothing in, while requests still succeed",
                     "fix the tier (see its own checks), then restart this node's LMCache server "
                     "(playbooks/repair_lmcache.yml): its adapter does not reconnect by itself",
                 )
