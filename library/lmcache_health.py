@@ -64,7 +64,7 @@ lmcache_healthy:
   returned: when lmcache_http is set
   type: bool
 lmcache_status:
-  description: L1 object count and bytes, P2P enabled/state/peers and unhealthy parts from C(/status).
+  description: LMCache's DRAM (its L1, kvtier's L0) object count and bytes, P2P state and peers, unhealthy parts.
   returned: when the LMCache server is healthy
   type: dict
 lmcache:

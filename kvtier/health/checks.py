@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+
 from kvtier.cluster import fingerprint, render
 from kvtier.health import gather
 from kvtier.probes import health as h
@@ -87,11 +89,16 @@ def config_checks(t: Target, facts_by_host: dict) -> list:
 
 def run(t: Target) -> tuple:
     """(checks, facts by host): gather from every node and evaluate every check, whatever fails."""
-    facts = {host: gather.spark(t, host) for host in t.nodes}
+    # Every node at once: a health run takes as long as its slowest node, not the sum of them.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(t.nodes) + 1) as pool:
+        sparks = {host: pool.submit(gather.spark, t, host) for host in t.nodes}
+        storage = pool.submit(gather.storage, t) if t.spec.l3 is not None else None
+        facts = {host: future.result() for host, future in sparks.items()}
+        storage_facts = storage.result() if storage is not None else None
     out = []
     for host in t.nodes:
         out += spark_checks(t, host, facts[host])
     out += config_checks(t, facts)
-    if t.spec.l3 is not None:
-        out += storage_checks(t, gather.storage(t))
+    if storage_facts is not None:
+        out += storage_checks(t, storage_facts)
     return out, facts
