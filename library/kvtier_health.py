@@ -65,6 +65,7 @@ from ansible.module_utils.kvtier_health import (
     config_checks,
     directory_state,
     l2_checks,
+    l2_restart_checks,
     l3_directory_checks,
     nfs_checks,
     running_service,
@@ -86,8 +87,11 @@ def spark(p):
         time.sleep(1)  # a working adapter catches up within a second (store_gap_checks)
         later = lmcache_summary(get_metrics(p["endpoints"]["lmcache_metrics"]))
     out = serving_checks(p["name"], probe, expect) + store_gap_checks(p["name"], probe.get("lmcache"), expect, later)
+    services = {name: running_service(unit) for name, unit in p["units"].items()}
     if p["l2_host"]:
-        out += l2_checks(p["name"], client_view(p["l2_host"], p["l2_port"], p["l2_user"], p["l2_password"] or ""))
+        l2 = client_view(p["l2_host"], p["l2_port"], p["l2_user"], p["l2_password"] or "")
+        out += l2_checks(p["name"], l2)
+        out += l2_restart_checks(p["name"], l2, services.get("lmcache"), p["adapters"].get("l2"))
     if p["l3_path"]:
         out += l3_directory_checks(p["name"], directory_state(p["l3_path"]))
         facts = None
@@ -96,7 +100,6 @@ def spark(p):
             facts = mount_facts(point)
         out += nfs_checks(p["name"], facts, p["rdma_fabric"])
     if p["expected_settings"]:
-        services = {name: running_service(unit) for name, unit in p["units"].items()}
         out += config_checks(p["name"], services, p["expected_settings"], p["fingerprint"])
     return out
 

@@ -36,6 +36,7 @@ def spark_checks(t: Target, host: str, facts: dict) -> list:
     out += h.store_gap_checks(host, (facts.get("probe") or {}).get("lmcache"), expect, facts.get("later"))
     if "l2" in facts:
         out += h.l2_checks(host, facts["l2"])
+        out += h.l2_restart_checks(host, facts["l2"], facts.get("lmcache"), t.spec.l2.adapter)
     elif t.spec.l2 is not None:
         out.append(
             h.check(

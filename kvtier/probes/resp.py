@@ -164,7 +164,8 @@ def client_view(host: str, port: int, username: str, password: str, timeout: flo
                 client.call("PING")
                 rtts.append((time.monotonic() - started) * 1000)
             facts["ping_ms"] = sorted(rtts)[1]
-            facts["info"] = client.info("memory", "stats")
+            facts["info"] = client.info("server", "memory", "stats", "keyspace")
+            facts["observed_at"] = time.time()  # this host's clock, to date the server's start by its uptime
     except (OSError, RespProtocolError) as err:
         facts["error"] = f"{host}:{port}: {err}"
     return facts

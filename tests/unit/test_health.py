@@ -82,19 +82,23 @@ def test_p2p(status, code):
     assert [c["code"] for c in found] == [code]
 
 
-def test_an_adapter_that_stops_completing_stores_is_named():
-    def summary(fs, resp, submitted):
-        l2 = {"fs": {"stores": fs}, "resp": {"stores": resp}, "p2p": {"stores": 0}}
-        return {"l2": l2, "l2_store_requests_submitted": submitted}
+def test_an_adapter_whose_stores_fail_is_named():
+    def summary(fs, resp, stores):
+        l2 = {"fs": {"stores": stores, "usage_bytes": fs}, "resp": {"stores": stores, "usage_bytes": resp}}
+        return {"l2": {**l2, "p2p": {"stores": stores, "usage_bytes": 0}}}
 
-    assert h.store_gap_checks("spark01", summary(20, 20, 40), EXPECT) == []
-    # A busy node: resp is behind, and a second later it has caught up.
-    assert h.store_gap_checks("spark01", summary(40, 30, 80), EXPECT, summary(44, 43, 88)) == []
-    # After the L2 server restarted: LMCache keeps submitting to resp, and only fs completes.
-    broken = summary(40, 21, 80)
-    found = h.store_gap_checks("spark01", broken, EXPECT, summary(41, 21, 82))
+    chunk = 3_342_336  # one lab prompt's store
+    assert h.store_gap_checks("spark01", summary(chunk, chunk, 1), EXPECT) == []
+    # A busy node: resp is a store behind, and a second later it has caught up.
+    busy = h.store_gap_checks(
+        "spark01", summary(20 * chunk, 19 * chunk, 20), EXPECT, summary(21 * chunk, 21 * chunk, 21)
+    )
+    assert busy == []
+    # Measured in the lab after the L2 server restarted: every store "completes", resp's bytes stand still.
+    broken = summary(5 * chunk, chunk, 5)
+    found = h.store_gap_checks("spark01", broken, EXPECT, broken)
     assert codes(found, h.ERR) == [("spark01", "l2", "L2_STORES_FAILING")]
-    assert "resp adapter completed 21 stores, its busiest adapter 41" in found[0]["reason"]
+    assert f"resp adapter holds {chunk} bytes after 5 stores, the busiest adapter {5 * chunk}" in found[0]["reason"]
 
 
 def test_l2_as_lmcache_sees_it(redis_server):  # noqa: F811
@@ -110,7 +114,7 @@ def test_l2_as_lmcache_sees_it(redis_server):  # noqa: F811
     assert codes(h.l2_checks("spark01", wrong), h.ERR) == [("spark01", "l2", "L2_AUTH")]
     down = namespace["client_view"]("127.0.0.1", 9, "probe", "x")
     assert codes(h.l2_checks("spark01", down), h.ERR) == [("spark01", "l2", "L2_DOWN")]
-    full = h.l2_checks("s", {"info": {"used_memory": 99, "maxmemory": 100}, "ping_ms": 9.0})
+    full = h.l2_checks("s", {"info": {"used_memory": 99, "maxmemory": 100}, "ping_ms": 25.0})
     assert codes(full, h.WARN) == [("s", "l2", "L2_MEMORY_FULL"), ("s", "l2", "L2_LATENCY")]
 
 
@@ -273,3 +277,21 @@ def test_the_mount_that_holds_the_l3_path():
     assert nfs_probe.mount_point_of("/mnt/kvcache/lmcache", mounts) == "/mnt/kvcache"
     assert nfs_probe.mount_point_of("/mnt/kvcache", mounts) == "/mnt/kvcache"
     assert nfs_probe.mount_point_of("/mnt/kvcachex/lmcache", mounts) == "/"
+
+
+def test_an_l2_server_younger_than_lmcache_is_named():
+    import os
+    import time
+
+    started = h.process_started_at(os.getpid())
+    assert started is not None and time.time() - 86400 * 365 < started <= time.time()
+    now = 1_000_000.0
+    l2 = {"info": {"uptime_in_seconds": "60"}, "observed_at": now}
+    # LMCache up for an hour, L2 for a minute: the resp adapter's connection is gone for good.
+    found = h.l2_restart_checks("spark01", l2, {"started_at": now - 3600}, "resp")
+    assert codes(found, h.ERR) == [("spark01", "l2", "L2_RESTARTED_UNDER_LMCACHE")]
+    assert "started 3540 s after" in found[0]["reason"] and "repair_lmcache.yml" in found[0]["fix"]
+    # L2 older than LMCache (or within the clock margin), or an adapter that reconnects: nothing to say.
+    assert h.l2_restart_checks("spark01", l2, {"started_at": now - 50}, "resp") == []
+    assert h.l2_restart_checks("spark01", l2, {"started_at": now - 3600}, "valkey") == []
+    assert h.l2_restart_checks("spark01", {}, {"started_at": now}, "resp") == []
