@@ -76,3 +76,13 @@ def test_argument_specs_carry_no_defaults():
         for entry, data in (yaml.safe_load(spec.read_text())["argument_specs"] or {}).items():
             found += [f"{spec.parts[-3]} {entry} {o}" for o, v in (data.get("options") or {}).items() if "default" in v]
     assert found == []
+
+
+def test_the_password_policy_is_defined_once():
+    """Preflight, kv_store, vllm_lmcache and rendering all call kvtier.passwords; no copy of its list may reappear."""
+    copies = []
+    for name in _tracked():
+        text = (ROOT / name).read_text(errors="replace")
+        if name != "kvtier/passwords.py" and ("change-me" in text.lower() or "min_length" in text):
+            copies.append(name)
+    assert copies == []

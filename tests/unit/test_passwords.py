@@ -1,13 +1,8 @@
-"""kvtier's one password policy (kvtier.passwords), and that it stays the only one."""
-
-import pathlib
-import subprocess
+"""kvtier's one password policy (kvtier.passwords); test_one_definition.py keeps it the only one."""
 
 import pytest
 
 from kvtier import passwords
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.parametrize(
@@ -31,20 +26,3 @@ def test_accepted_and_never_echoed():
     assert passwords.problem("a-generated-password-0123") is None
     assert passwords.problems("a-generated-password-0123", "v") == []
     assert not any("Change-Me" in p for p in passwords.problems("Change-Me", "v"))
-
-
-def test_the_example_list_and_the_length_are_defined_once():
-    """Preflight, kv_store, vllm_lmcache and rendering all call kvtier.passwords; no copy of its list may reappear."""
-    tracked = subprocess.run(
-        ["git", "ls-files", "kvtier", "roles", "playbooks", "library", "inventory"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.split()
-    copies = []
-    for name in tracked:
-        text = (ROOT / name).read_text(errors="replace")
-        if name != "kvtier/passwords.py" and ("change-me" in text.lower() or "min_length" in text):
-            copies.append(name)
-    assert copies == []
