@@ -296,9 +296,10 @@ def _lookup_timeouts(out, since: float) -> str:
     return "none in LMCache's journals"
 
 
-def _playbook(out, name: str) -> str:
-    """A playbook (relative to playbooks/) on the lab; a failure fails the stage with the failed tasks."""
-    ok, changed, seconds, failures = run_playbook(REPO, name, INVENTORY, out=out)
+def _playbook(out, path: str, name: str | None = None) -> str:
+    """A playbook (`path` relative to playbooks/) on the lab; a failure fails the stage with the failed tasks."""
+    name = name or path
+    ok, changed, seconds, failures = run_playbook(REPO, path, INVENTORY, out=out)
     if not ok:
         raise StageFailed("; ".join(failures) or f"{name} failed")
     return f"{name} in {seconds:.0f} s"
@@ -306,7 +307,7 @@ def _playbook(out, name: str) -> str:
 
 def _lab_playbook(out, name: str) -> str:
     """One of the lab's own test playbooks (tests/lab/)."""
-    return _playbook(out, f"../tests/lab/{name}")
+    return _playbook(out, f"../tests/lab/{name}", name)
 
 
 def _health_run(out) -> tuple:
