@@ -62,15 +62,11 @@ from ansible.module_utils.kvtier_health import (
     ERR,
     STATUSES,
     array_checks,
+    array_mount_state,
     config_checks,
     directory_state,
-    l2_checks,
-    l2_restart_checks,
-    l3_directory_checks,
-    nfs_checks,
     running_service,
-    serving_checks,
-    store_gap_checks,
+    spark_checks,
 )
 from ansible.module_utils.kvtier_lmcache import ProbeError as EndpointError
 from ansible.module_utils.kvtier_lmcache import get_metrics, lmcache_summary, probe_node
@@ -80,35 +76,35 @@ from ansible.module_utils.kvtier_resp import client_view
 
 
 def spark(p):
-    expect = {"model": p["model"], "adapters": p["adapters"], "p2p_peers": p["p2p_peers"]}
-    probe = probe_node(p["endpoints"], p["model"], 5.0, p["p2p_peers"])
-    later = None
-    if probe.get("lmcache") is not None and p["endpoints"].get("lmcache_metrics"):
+    expect = {
+        "model": p["model"],
+        "adapters": p["adapters"],
+        "p2p_peers": p["p2p_peers"],
+        "l2": bool(p["l2_host"]),
+        "l3": bool(p["l3_path"]),
+        "rdma_fabric": p["rdma_fabric"],
+    }
+    facts = {"probe": probe_node(p["endpoints"], p["model"], 5.0, p["p2p_peers"])}
+    if facts["probe"].get("lmcache") is not None and p["endpoints"].get("lmcache_metrics"):
         time.sleep(1)  # a working adapter catches up within a second (store_gap_checks)
-        later = lmcache_summary(get_metrics(p["endpoints"]["lmcache_metrics"]))
-    out = serving_checks(p["name"], probe, expect) + store_gap_checks(p["name"], probe.get("lmcache"), expect, later)
+        facts["later"] = lmcache_summary(get_metrics(p["endpoints"]["lmcache_metrics"]))
     services = {name: running_service(unit) for name, unit in p["units"].items()}
+    facts["lmcache"] = services.get("lmcache")
     if p["l2_host"]:
-        l2 = client_view(p["l2_host"], p["l2_port"], p["l2_user"], p["l2_password"] or "")
-        out += l2_checks(p["name"], l2)
-        out += l2_restart_checks(p["name"], l2, services.get("lmcache"), p["adapters"].get("l2"))
+        facts["l2"] = client_view(p["l2_host"], p["l2_port"], p["l2_user"], p["l2_password"] or "")
     if p["l3_path"]:
-        out += l3_directory_checks(p["name"], directory_state(p["l3_path"]))
-        facts = None
+        facts["l3"] = directory_state(p["l3_path"])
         if p["rdma_fabric"]:
-            point = p["nfs_mount_point"] or mount_point_of(p["l3_path"], read(MOUNTS))
-            facts = mount_facts(point)
-        out += nfs_checks(p["name"], facts, p["rdma_fabric"])
+            facts["nfs"] = mount_facts(p["nfs_mount_point"] or mount_point_of(p["l3_path"], read(MOUNTS)))
+    out = spark_checks(p["name"], facts, expect)
     if p["expected_settings"]:
         out += config_checks(p["name"], services, p["expected_settings"], p["fingerprint"])
     return out
 
 
 def storage(p):
-    nvme = collect()
-    arrays = nvme.get("md_arrays") or {}
-    targets = [m.get("target") for a in arrays.values() for m in a.get("mounts") or [] if m.get("target")]
-    return array_checks(p["name"], arrays, p["array_name"], directory_state(targets[0]) if targets else None)
+    arrays = collect().get("md_arrays") or {}
+    return array_checks(p["name"], arrays, p["array_name"], array_mount_state(arrays, p["array_name"]))
 
 
 def main():

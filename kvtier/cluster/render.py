@@ -295,6 +295,11 @@ def key_settings(spec: ClusterSpec) -> dict:
     }
 
 
+def p2p_peers(spec: ClusterSpec) -> int | None:
+    """How many peers each Spark's LMCache must see with P2P on (every other Spark); None without P2P."""
+    return len(spec.nodes) - 1 if spec.p2p is not None else None
+
+
 def tier_adapters(spec: ClusterSpec) -> dict:
     """kvtier tier -> the LMCache adapter (its l2_name in LMCache's counters) that serves it."""
     adapters = {}

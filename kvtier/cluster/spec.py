@@ -674,16 +674,10 @@ def _check_cpu_block(spec_install: InstallSpec, spec_vllm: VLLMSpec, problems: l
 
 def memory_budget(spec: ClusterSpec) -> tuple:
     """(spec key, GiB) of everything that shares a Spark's unified memory; a value is None when unset."""
-    return (
-        ("model.weights_gib", spec.model.weights_gib),
-        ("vllm.gpu_kv_cache_gib", spec.vllm.gpu_kv_cache_gib),
-        ("lmcache.l0_dram_gib", spec.lmcache.l0_dram_gib),
-        ("memory.runtime_overhead_gib", spec.memory.runtime_overhead_gib),
-        ("memory.os_reserve_gib", spec.memory.os_reserve_gib),
-    )
+    return budget(spec, None, 0.0).parts()
 
 
-def budget(spec: ClusterSpec, node: NodeSpec, unified_gib: float | None = None) -> Budget:
+def budget(spec: ClusterSpec, node: NodeSpec | None, unified_gib: float | None = None) -> Budget:
     """Everything that shares `node`'s unified memory (`unified_gib`: what it really has, when known)."""
     return Budget(
         unified_gib if unified_gib is not None else node.unified_memory_gib,

@@ -10,12 +10,15 @@ from kvtier.probes import health as h
 from kvtier.proof.target import Target
 
 
-def expectations(t: Target) -> dict:
+def expectations(t: Target, host: str) -> dict:
     spec = t.spec
     return {
         "model": t.model,
         "adapters": render.tier_adapters(spec),
-        "p2p_peers": len(spec.nodes) - 1 if spec.p2p is not None else None,
+        "p2p_peers": render.p2p_peers(spec),
+        "l2": spec.l2 is not None,
+        "l3": spec.l3 is not None,
+        "rdma_fabric": t.rdma_fabric.get(host, True),
     }
 
 
@@ -31,28 +34,7 @@ def spark_checks(t: Target, host: str, facts: dict) -> list:
                 "reach the node as the inventory says (ssh user, key, become)",
             )
         ]
-    expect = expectations(t)
-    out = h.serving_checks(host, facts.get("probe") or {}, expect)
-    out += h.store_gap_checks(host, (facts.get("probe") or {}).get("lmcache"), expect, facts.get("later"))
-    if "l2" in facts:
-        out += h.l2_checks(host, facts["l2"])
-        out += h.l2_restart_checks(host, facts["l2"], facts.get("lmcache"), t.spec.l2.adapter)
-    elif t.spec.l2 is not None:
-        out.append(
-            h.check(
-                host,
-                "l2",
-                h.UNVERIFIED,
-                "L2_PASSWORD_UNKNOWN",
-                "the inventory gave no L2 password, so LMCache's login was not tried",
-                "pass --vault-password-file",
-            )
-        )
-    if "l3" in facts:
-        out += h.l3_directory_checks(host, facts["l3"])
-    if t.spec.l3 is not None:
-        out += h.nfs_checks(host, facts.get("nfs"), t.rdma_fabric.get(host, True))
-    return out
+    return h.spark_checks(host, facts, expectations(t, host))
 
 
 def storage_checks(t: Target, facts: dict) -> list:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import inspect
 import re
 
+from kvtier.cluster import render
 from kvtier.probes import health as health_probe
 from kvtier.probes import lmcache as lmcache_probe
 from kvtier.probes import nfs as nfs_probe
@@ -34,7 +35,7 @@ def spark(t: Target, host: str) -> dict:
     spec = t.spec
     endpoints = {"vllm": t.vllm_url(host), "lmcache_http": t.lmcache_url(host)}
     endpoints["lmcache_metrics"] = endpoints["lmcache_http"] + "/metrics"
-    peers = len(spec.nodes) - 1 if spec.p2p is not None else None
+    peers = render.p2p_peers(spec)
     parts = [
         f"probe=probe_node({endpoints!r}, {t.model!r}, 5.0, {peers!r})",
         f"lmcache=running_service({t.units['lmcache']!r})",
@@ -58,15 +59,8 @@ def storage(t: Target) -> dict:
     """The storage node's array and its mount; {"error": ...} when it cannot be read."""
     if t.storage is None:
         return {"error": "the inventory has no single storage node"}
-    call = "dict(nvme=collect(), mount=None)"
+    call = f"(lambda n: dict(nvme=n, mount=array_mount_state(n.get('md_arrays'), {t.array_name!r})))(collect())"
     try:
-        facts = t.storage.python(STORAGE_SOURCE, call, timeout=120)
-        arrays = (facts.get("nvme") or {}).get("md_arrays") or {}
-        target = next(
-            (m.get("target") for a in arrays.values() for m in a.get("mounts") or [] if m.get("target")), None
-        )
-        if target:
-            facts["mount"] = t.storage.python(STORAGE_SOURCE, f"directory_state({target!r})", timeout=60)
-        return facts
+        return t.storage.python(STORAGE_SOURCE, call, timeout=120)
     except (NodeError, ValueError) as exc:
         return {"error": str(exc)}

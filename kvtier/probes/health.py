@@ -628,10 +628,22 @@ def nfs_checks(host, facts, rdma_expected=True):
     return out or [check(host, "l3", OK, "L3_RDMA_OK", f"NFS {facts.get('vers')} over RDMA")]
 
 
+def named_array(arrays, name):
+    """The md array called `name` (its md_name is host:name or name) from kvtier_nvme facts, or None."""
+    found = [a for a in (arrays or {}).values() if str(a.get("md_name") or "").split(":")[-1] == name]
+    return found[0] if found else None
+
+
+def array_mount_state(arrays, name):
+    """`directory_state` of the named array's first mount (run on the storage node), or None."""
+    targets = [m.get("target") for m in (named_array(arrays, name) or {}).get("mounts") or [] if m.get("target")]
+    return directory_state(targets[0]) if targets else None
+
+
 def array_checks(host, arrays, name, mount_state):
     """The L3 backing array (from kvtier_nvme facts) and its XFS mount."""
-    found = [a for a in (arrays or {}).values() if str(a.get("md_name") or "").split(":")[-1] == name]
-    if not found:
+    array = named_array(arrays, name)
+    if array is None:
         return [
             check(
                 host,
@@ -642,7 +654,6 @@ def array_checks(host, arrays, name, mount_state):
                 "run storage.yml (nvme_raid adopts or creates it); `cat /proc/mdstat`",
             )
         ]
-    array = found[0]
     out = []
     if array.get("health") != "healthy":
         missing = ", ".join(array.get("missing_serials") or []) or "unknown"
@@ -682,6 +693,38 @@ def array_checks(host, arrays, name, mount_state):
         )
     elif mount_state is not None:
         out += _free_checks(host, "storage", "XFS", mounts[0].get("target"), mount_state)
+    return out
+
+
+def spark_checks(host, facts, expect):
+    """Every check of one Spark from what was gathered on it, the same for the module and `kvtier health`.
+
+    `facts`: probe (`probe_node`), later (`lmcache_summary` a second after), lmcache (`running_service` of the
+    LMCache server), l2 (`client_view` as LMCache's user), l3 (`directory_state`), nfs (`mount_facts`); any may be
+    missing. `expect`: model, adapters, p2p_peers, plus l2 (LMCache has an L2 tier), l3 (it has an L3 tier) and
+    rdma_fabric (the L3 directory is an NFS mount).
+    """
+    probe = facts.get("probe") or {}
+    out = serving_checks(host, probe, expect)
+    out += store_gap_checks(host, probe.get("lmcache"), expect, facts.get("later"))
+    if "l2" in facts:
+        out += l2_checks(host, facts["l2"])
+        out += l2_restart_checks(host, facts["l2"], facts.get("lmcache"), (expect.get("adapters") or {}).get("l2"))
+    elif expect.get("l2"):
+        out.append(
+            check(
+                host,
+                "l2",
+                UNVERIFIED,
+                "L2_PASSWORD_UNKNOWN",
+                "no L2 password was given, so LMCache's login was not tried",
+                "pass the vault password (--vault-password-file) or the module's l2_password",
+            )
+        )
+    if "l3" in facts:
+        out += l3_directory_checks(host, facts["l3"])
+    if expect.get("l3"):
+        out += nfs_checks(host, facts.get("nfs"), expect.get("rdma_fabric", True))
     return out
 
 

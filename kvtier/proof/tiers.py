@@ -23,6 +23,7 @@ import re
 import secrets
 import time
 
+from kvtier.cluster import render
 from kvtier.probes import lmcache as lmcache_probe
 from kvtier.probes import resp as resp_probe
 from kvtier.proof.nodes import NodeError
@@ -105,7 +106,7 @@ class Proof:
         return self.t.nodes[host].python(_LMCACHE, f"lmcache_summary(get_metrics({url!r}))")
 
     def wait_ready(self, host: str) -> None:
-        peers = len(self.t.nodes) - 1 if self.t.spec.p2p is not None else None
+        peers = render.p2p_peers(self.t.spec)
         endpoints = {"vllm": self.t.vllm_url(host), "lmcache_http": self.t.lmcache_url(host)}
         deadline = time.monotonic() + self.ready_timeout
         while True:

@@ -156,7 +156,7 @@ def test_nfs_transport_from_recorded_mounts():
     ]
 
 
-def test_array():
+def test_array(tmp_path):
     healthy = {
         "md127": {
             "md_name": "host:kvcache",
@@ -178,6 +178,11 @@ def test_array():
     assert codes(found, h.ERR) == [("st", "storage", "ARRAY_DEGRADED"), ("st", "storage", "XFS_NOT_MOUNTED")]
     assert "LAB0000004" in found[0]["reason"]
     assert codes(h.array_checks("st", {}, "kvcache", None)) == [("st", "storage", "ARRAY_MISSING")]
+    # The mount whose free space is checked is the named array's, not any array's.
+    other = {"md126": {"md_name": "host:scratch", "mounts": [{"target": "/"}]}}
+    mounted = {**other, "md127": {**healthy["md127"], "mounts": [{"target": str(tmp_path)}]}}
+    assert h.array_mount_state(mounted, "kvcache")["path"] == str(tmp_path)
+    assert h.array_mount_state(other, "kvcache") is None
 
 
 def _running(chunk="256", model="/opt/kvtier/models/Qwen3-8B"):

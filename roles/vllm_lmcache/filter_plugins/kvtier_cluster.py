@@ -93,7 +93,7 @@ def vllm_lmcache_facts(spec_dict, host):
         },
         "l3_path": None if spec.l3 is None else spec.l3.path,
         "p2p": spec.p2p is not None and is_node,
-        "p2p_peers": len(spec.nodes) - 1 if spec.p2p is not None and is_node else None,
+        "p2p_peers": render.p2p_peers(spec) if is_node else None,
         "endpoints": _guard(render.endpoints, spec, host) if is_node else {},
         "fingerprint": cluster.fingerprint(spec),
         # What kvtier_health compares: the adapter of each lower tier, and the settings that make cache keys equal.
