@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kvtier import __version__, images, model, wheelhouse
+from kvtier import __version__, images, model, warmup, wheelhouse
+from kvtier.bench import cli as bench_cli
 from kvtier.health import cli as health_cli
 from kvtier.plan import cli as plan_cli
 from kvtier.proof import cli as proof_cli
@@ -53,6 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     proof_cli.register(sub)
     plan_cli.register(sub)
     health_cli.register(sub)
+    warmup.register(sub)
+    bench_cli.register(sub)
 
     lab_parser = sub.add_parser("lab", help="the whole cluster on this machine (podman + QEMU)")
     lab_sub = lab_parser.add_subparsers(dest="lab_command", required=True)

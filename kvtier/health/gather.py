@@ -6,28 +6,17 @@ gatherers), the same code the Ansible modules ship as module_utils; LMCache's AP
 
 from __future__ import annotations
 
-import inspect
-import re
-
 from kvtier.cluster import render
 from kvtier.probes import health as health_probe
 from kvtier.probes import lmcache as lmcache_probe
 from kvtier.probes import nfs as nfs_probe
 from kvtier.probes import nvme as nvme_probe
 from kvtier.probes import resp as resp_probe
-from kvtier.proof.nodes import NodeError
+from kvtier.proof.nodes import NodeError, source
 from kvtier.proof.target import Target
 
-_FUTURE = re.compile(r"^from __future__ import .*$", re.M)
-
-
-def _source(*modules) -> str:
-    # One script from several modules: a __future__ import is legal only at the top of it.
-    return "from __future__ import annotations\n" + "\n".join(_FUTURE.sub("", inspect.getsource(m)) for m in modules)
-
-
-SPARK_SOURCE = _source(lmcache_probe, resp_probe, nfs_probe, health_probe)
-STORAGE_SOURCE = _source(nvme_probe, health_probe)
+SPARK_SOURCE = source(lmcache_probe, resp_probe, nfs_probe, health_probe)
+STORAGE_SOURCE = source(nvme_probe, health_probe)
 
 
 def spark(t: Target, host: str) -> dict:

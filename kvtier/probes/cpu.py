@@ -43,3 +43,25 @@ def service_cpu_seconds(prefix: str = "kvtier-", proc: str = "/proc") -> dict:
         except OSError:  # the process ended between listing and reading
             continue
     return totals
+
+
+def machine(proc: str = "/proc") -> dict:
+    """What a figure was measured on: CPU model, cores this host may use, memory (for every reported number)."""
+    model = "unknown CPU"
+    try:
+        with open(os.path.join(proc, "cpuinfo")) as fh:
+            for line in fh:
+                key, _, value = line.partition(":")
+                if key.strip() in ("model name", "Model", "Hardware") and value.strip():
+                    model = value.strip()
+                    break
+    except OSError:
+        pass
+    memory = 0
+    try:
+        with open(os.path.join(proc, "meminfo")) as fh:
+            memory = next((int(line.split()[1]) * 1024 for line in fh if line.startswith("MemTotal:")), 0)
+    except OSError:
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return {"cpu": model, "cores": cores, "memory_gib": round(memory / 2**30, 1)}

@@ -8,12 +8,20 @@ for the lab's Spark containers, ``ssh`` (with the inventory's user, port, key an
 
 from __future__ import annotations
 
+import inspect
 import json
+import re
 import shlex
 import subprocess
 from collections.abc import Mapping
 
 PODMAN_CONNECTIONS = ("containers.podman.podman", "podman")
+_FUTURE = re.compile(r"^from __future__ import .*$", re.M)
+
+
+def source(*modules) -> str:
+    """One script from several probe modules, for Node.python (a __future__ import is legal only at its top)."""
+    return "from __future__ import annotations\n" + "\n".join(_FUTURE.sub("", inspect.getsource(m)) for m in modules)
 
 
 class NodeError(Exception):

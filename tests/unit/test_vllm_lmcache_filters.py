@@ -22,6 +22,7 @@ def test_facts_of_a_serving_node_come_from_the_spec():
     assert facts["venv"] == "/opt/kvtier/venv"
     assert facts["requirements"] == ["vllm==0.33.0", "lmcache==0.5.6", "nixl==1.5.1"]  # the spec has P2P
     assert facts["model_path"] == "/opt/kvtier/models/Qwen3-8B" and facts["served_name"] == "Qwen/Qwen3-8B"
+    assert facts["chunk_size"] == 256 and facts["max_model_len"] == 32768
     assert facts["l2"]["password_var"] == "kv_store_lmcache_password" and "password" not in facts["l2"]
     assert facts["l3_path"] == "/mnt/kvtier/lmcache"
     # LMCache 0.5.6 serves its metrics on the HTTP API port.

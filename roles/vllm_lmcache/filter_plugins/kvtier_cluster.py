@@ -82,6 +82,9 @@ def vllm_lmcache_facts(spec_dict, host):
         + ([spec.p2p.transfer_package] if spec.p2p is not None and is_node else []),
         "model_path": spec.model.path,
         "served_name": spec.model.served_name,
+        # What a client must respect: prompts fit max_model_len; a cache serves whole chunks.
+        "max_model_len": spec.model.max_model_len,
+        "chunk_size": spec.lmcache.chunk_size,
         "l2": None
         if spec.l2 is None
         else {

@@ -1,0 +1,122 @@
+"""The warmup's statistics, corpus checks and report (kvtier/probes/warmup.py), and its corpus files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kvtier import warmup
+from kvtier.probes import warmup as probe
+
+
+def test_percentile_interpolates_between_ranks():
+    assert probe.percentile([], 50) is None
+    assert probe.percentile([3.0], 95) == 3.0
+    assert probe.percentile([4, 1, 3, 2], 50) == 2.5
+    assert probe.percentile(range(1, 101), 95) == pytest.approx(95.05)
+    assert probe.percentile([1, 2, 3], 0) == 1 and probe.percentile([1, 2, 3], 100) == 3
+
+
+def test_stats_skip_missing_times():
+    s = probe.stats([0.2, None, 0.1, 0.4])
+    assert s == {"count": 3, "p50": 0.2, "p95": 0.38, "min": 0.1, "max": 0.4}
+    assert probe.stats([])["p50"] is None
+
+
+@pytest.mark.parametrize(
+    ("tokens", "chunk", "cacheable"),
+    [(1, 32, 0), (32, 32, 31), (33, 32, 32), (64, 32, 63), (65, 32, 64), (1000, 256, 768), (1000, 32, 992)],
+)
+def test_cacheable_tokens_are_whole_chunks_short_of_the_last_token(tokens, chunk, cacheable):
+    assert probe.cacheable_tokens(tokens, chunk) == cacheable
+
+
+def test_corpus_problems_name_every_bad_entry():
+    entries = [{"tokens": 512}, {"prompt": "hello"}, {"tokens": 4}, {"tokens": 4096}, {}, {"prompt": ""}, "x"]
+    problems = probe.corpus_problems(entries, max_model_len=2048)
+    assert problems == [
+        "entry 2: tokens must be a whole number of at least 8, not 4",
+        "entry 3: 4096 tokens do not fit max_model_len 2048 (the reply needs a token)",
+        "entry 4 needs exactly one of 'prompt' (text) or 'tokens' (a length)",
+        "entry 5: prompt must be non-empty text",
+        "entry 6 needs exactly one of 'prompt' (text) or 'tokens' (a length)",
+    ]
+    assert probe.corpus_problems([]) == ["the corpus is empty: give prompts or token lengths"]
+    assert probe.corpus_problems([{"tokens": True}])[0].startswith("entry 0: tokens must be a whole number")
+
+
+def _counters(l1_chunks=0, l1_bytes=0, **adapters):
+    return {
+        "l1_write_chunks": l1_chunks,
+        "l1_memory_usage_bytes": l1_bytes,
+        "l2": {name: {"stores": s, "usage_bytes": b, "loads": 0} for name, (s, b) in adapters.items()},
+    }
+
+
+def _reply(prompt_tokens, cached, ttft=0.1, status=200, error=""):
+    return {
+        "status": status,
+        "ttft": ttft,
+        "seconds": ttft,
+        "prompt_tokens": prompt_tokens,
+        "cached_tokens": cached,
+        "error": error,
+    }
+
+
+def test_wait_stored_needs_every_adapter_to_store_and_grow():
+    before = _counters(resp=(1, 100), fs=(1, 100))
+    readings = iter([_counters(resp=(3, 300), fs=(3, 100)), _counters(resp=(3, 300), fs=(3, 300))])
+    stored = probe.wait_stored(lambda: next(readings), before, ["resp", "fs"], expected=2, timeout=5)
+    assert stored["late"] == []
+    assert stored["adapters"] == {"resp": {"stores": 2, "bytes": 200}, "fs": {"stores": 2, "bytes": 200}}
+
+
+def test_wait_stored_names_an_adapter_that_counts_stores_but_holds_nothing():
+    # lmcache 0.5.6 counts a failed store as completed: the bytes show it.
+    before = _counters(resp=(1, 100), fs=(1, 100))
+    stored = probe.wait_stored(lambda: _counters(resp=(2, 100), fs=(2, 900)), before, ["resp", "fs"], 1, timeout=0)
+    assert stored["late"] == ["resp"]
+
+
+def test_report_counts_new_entries_and_replay_hits():
+    before = _counters(10, 1000, resp=(5, 500), fs=(5, 500))
+    stored = {"counters": _counters(16, 7000), "adapters": {"resp": {"stores": 2, "bytes": 64}}, "late": []}
+    first = [_reply(100, 0, 0.3), _reply(100, 96, 0.1), _reply(50, 0, status=500, error="boom")]
+    again = [_reply(100, 96, 0.05), _reply(100, 96, 0.07), _reply(50, 32, 0.04)]
+    r = probe.report(first, before, stored, 32, 1.5, again)
+    assert r["prompts"] == 3 and r["failed"] == 1 and r["errors"] == ["boom"]
+    assert r["new_prompts"] == 1 and r["tokens_stored"] == 96 and r["changed"] is True
+    assert r["cacheable_tokens"] == 96 + 96 + 32
+    assert r["stored"]["l0_chunks"] == 6 and r["stored"]["l0_bytes"] == 6000 and r["stored"]["resp"]["stores"] == 2
+    assert r["replay"]["hit_tokens"] == 224 and r["replay"]["ttft"]["p50"] == 0.05
+
+
+def test_a_warm_corpus_is_not_changed():
+    stored = {"counters": _counters(), "adapters": {}, "late": []}
+    r = probe.report([_reply(100, 96)], _counters(), stored, 32, 0.1, None)
+    assert r["changed"] is False and r["new_prompts"] == 0 and "replay" not in r
+
+
+def test_corpus_file_and_lengths(tmp_path):
+    path = tmp_path / "corpus.jsonl"
+    path.write_text('# a comment\n{"prompt": "hello"}\n\n{"tokens": 512, "id": "doc"}\n')
+    assert warmup.load_corpus(str(path)) == [{"prompt": "hello"}, {"tokens": 512, "id": "doc"}]
+    path.write_text("{not json\n")
+    with pytest.raises(warmup.WarmupError, match="line 1 is not JSON"):
+        warmup.load_corpus(str(path))
+    entries = warmup.lengths_corpus([256, 512], repeat=2)
+    assert [e["tokens"] for e in entries] == [256, 512, 256, 512]
+    assert len({e["id"] for e in entries}) == 4  # every document its own
+
+
+def test_warmup_table_reads_as_a_report():
+    stored = {"counters": _counters(4, 2**21), "adapters": {"fs": {"stores": 1, "bytes": 2**20}}, "late": []}
+    r = probe.report([_reply(100, 0, 0.25)], _counters(), stored, 32, 0.3, [_reply(100, 96, 0.05)])
+    lines = warmup.table({"spark01": r})
+    assert lines[0].startswith("spark01: 1 prompts, 100 tokens (1 new, 96 tokens stored), 0 failed")
+    assert "L0 DRAM 4 chunk(s) 2.0 MiB; fs 1 store(s) 1.0 MiB" in lines[1]
+    assert "96 of 96 cacheable tokens hit (100 %)" in lines[2]
+    assert lines[3].strip() == "changed: new entries stored"
+    json.dumps(r)  # the module returns it as JSON
