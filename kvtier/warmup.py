@@ -41,11 +41,6 @@ def load_corpus(path: str) -> list:
     return entries
 
 
-def lengths_corpus(lengths: list, repeat: int = 1) -> list:
-    """Entries for documents of these token lengths, each `repeat` times (ids make every one its own)."""
-    return [{"tokens": n, "id": f"{n}-{i}-{r}"} for r in range(repeat) for i, n in enumerate(lengths)]
-
-
 class Warmup:
     """Warm one Spark's tiers with a corpus, as the module does, printing progress between batches."""
 
@@ -139,7 +134,9 @@ def _cmd(args: argparse.Namespace) -> int:
 
     log = (lambda line: print(line, file=sys.stderr)) if args.json else print
     try:
-        entries = (load_corpus(args.corpus) if args.corpus else []) + lengths_corpus(args.lengths or [], args.repeat)
+        entries = (load_corpus(args.corpus) if args.corpus else []) + warmup_probe.length_entries(
+            args.lengths or [], args.repeat
+        )
         target = from_inventory(Inventory(args.inventory, args.vault_password_file))
         hosts = args.host or list(target.nodes)
         unknown = [h for h in hosts if h not in target.nodes]
@@ -151,8 +148,10 @@ def _cmd(args: argparse.Namespace) -> int:
         print(f"kvtier warmup: {exc}", file=sys.stderr)
         return 2
     print(json.dumps(results, indent=2) if args.json else "\n".join(table(results)))
-    bad = [h for h, r in results.items() if r["failed"] or r["stores_late"]]
-    return 1 if bad else 0
+    found = [f"{h}: {line}" for h, r in results.items() for line in warmup_probe.problems(r, args.store_timeout)]
+    for line in found:
+        print(f"kvtier warmup: {line}", file=sys.stderr)
+    return 1 if found else 0
 
 
 def _lengths(text: str) -> list:

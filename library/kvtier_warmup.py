@@ -38,7 +38,10 @@ options:
     default: []
   concurrency: {description: Requests in flight at once., type: int, default: 4}
   store_timeout: {description: Seconds to wait for the stores to reach the persistent tiers., type: float, default: 120}
-  replay: {description: Send the corpus again and count its hit tokens., type: bool, default: true}
+  replay:
+    description: Send the corpus again and count its hit tokens (a replay that hits nothing fails).
+    type: bool
+    default: true
 """
 
 EXAMPLES = r"""
@@ -64,7 +67,14 @@ warmup:
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.kvtier_lmcache import ProbeError, get_metrics, lmcache_summary
-from ansible.module_utils.kvtier_warmup import corpus_problems, corpus_prompts, tokenize, warm
+from ansible.module_utils.kvtier_warmup import (
+    corpus_problems,
+    corpus_prompts,
+    length_entries,
+    problems,
+    tokenize,
+    warm,
+)
 
 
 def main():
@@ -87,10 +97,10 @@ def main():
         supports_check_mode=True,
     )
     p = module.params
-    corpus = list(p["corpus"]) + [{"tokens": n, "id": "%d-%d" % (n, i)} for i, n in enumerate(p["lengths"])]
-    problems = corpus_problems(corpus, p["max_model_len"])
-    if problems:
-        module.fail_json(msg="the warmup corpus is not usable: " + "; ".join(problems))
+    corpus = list(p["corpus"]) + length_entries(p["lengths"])
+    unusable = corpus_problems(corpus, p["max_model_len"])
+    if unusable:
+        module.fail_json(msg="the warmup corpus is not usable: " + "; ".join(unusable))
     try:
         prompts = corpus_prompts(p["vllm_url"], p["model"], corpus, p["text_file"], p["name"])
         if module.check_mode:
@@ -114,18 +124,9 @@ def main():
         )
     except (ProbeError, OSError, ValueError, KeyError) as err:
         module.fail_json(msg="warmup against %s failed: %s" % (p["vllm_url"], err))
-    if result["failed"]:
-        module.fail_json(
-            msg="%d of %d warmup request(s) failed: %s"
-            % (result["failed"], result["prompts"], "; ".join(result["errors"])),
-            warmup=result,
-        )
-    if result["stores_late"]:
-        module.fail_json(
-            msg="the new chunks did not reach %s within %.0f s (LMCache's store counters and bytes did not grow): "
-            "check with kvtier health" % (", ".join(result["stores_late"]), p["store_timeout"]),
-            warmup=result,
-        )
+    found = problems(result, p["store_timeout"])
+    if found:
+        module.fail_json(msg="warmup of %s: %s" % (p["vllm_url"], "; ".join(found)), warmup=result)
     module.exit_json(changed=result["changed"], warmup=result)
 
 

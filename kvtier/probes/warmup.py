@@ -86,6 +86,11 @@ class Documents:
         return head + body[:need]
 
 
+def length_entries(lengths: list, repeat: int = 1) -> list:
+    """Corpus entries for documents of these token lengths, each `repeat` times (the ids make each its own)."""
+    return [{"tokens": n, "id": f"{n}-{i}-{r}"} for r in range(repeat) for i, n in enumerate(lengths)]
+
+
 def corpus_problems(entries: list, max_model_len: int | None = None) -> list:
     """Why a corpus cannot be sent, one line per problem ([] when it can): checked before any request."""
     problems = [] if entries else ["the corpus is empty: give prompts or token lengths"]
@@ -268,3 +273,22 @@ def warm(
     stored = wait_stored(counters, before, persistent, new_prompts(first, chunk_size), store_timeout)
     again = send_all(base, model, prompts, concurrency) if replay else None
     return report(first, before, stored, chunk_size, seconds, again)
+
+
+def problems(result: dict, store_timeout: float) -> list:
+    """What went wrong in a warmup, one line each ([] when it filled the tiers and its replay hit)."""
+    found = []
+    if result["failed"]:
+        found.append(f"{result['failed']} of {result['prompts']} request(s) failed: {'; '.join(result['errors'])}")
+    if result["stores_late"]:
+        found.append(
+            f"the new chunks did not reach {', '.join(result['stores_late'])} within {store_timeout:.0f} s "
+            "(LMCache's store counters or bytes did not grow): check with kvtier health"
+        )
+    replay = result.get("replay")
+    if replay and replay["cacheable_tokens"] and not replay["hit_tokens"]:
+        found.append(
+            f"the replay hit none of its {replay['cacheable_tokens']} cacheable tokens: the cache does not serve "
+            "this corpus (check with kvtier health)"
+        )
+    return found

@@ -106,7 +106,7 @@ def test_corpus_file_and_lengths(tmp_path):
     path.write_text("{not json\n")
     with pytest.raises(warmup.WarmupError, match="line 1 is not JSON"):
         warmup.load_corpus(str(path))
-    entries = warmup.lengths_corpus([256, 512], repeat=2)
+    entries = probe.length_entries([256, 512], repeat=2)
     assert [e["tokens"] for e in entries] == [256, 512, 256, 512]
     assert len({e["id"] for e in entries}) == 4  # every document its own
 
@@ -120,3 +120,18 @@ def test_warmup_table_reads_as_a_report():
     assert "96 of 96 cacheable tokens hit (100 %)" in lines[2]
     assert lines[3].strip() == "changed: new entries stored"
     json.dumps(r)  # the module returns it as JSON
+
+
+def test_problems_name_failures_late_stores_and_a_replay_that_hits_nothing():
+    stored = {"counters": _counters(), "adapters": {}, "late": ["fs"]}
+    r = probe.report([_reply(100, 0), _reply(100, 0, status=500, error="engine died")], _counters(), stored, 32, 1, [])
+    r["replay"] = {"hit_tokens": 0, "cacheable_tokens": 192, "failed": 0, "ttft": probe.stats([])}
+    assert probe.problems(r, 120) == [
+        "1 of 2 request(s) failed: engine died",
+        "the new chunks did not reach fs within 120 s (LMCache's store counters or bytes did not grow): "
+        "check with kvtier health",
+        "the replay hit none of its 192 cacheable tokens: the cache does not serve this corpus "
+        "(check with kvtier health)",
+    ]
+    r.update(failed=0, stores_late=[], replay=dict(r["replay"], hit_tokens=96))
+    assert probe.problems(r, 120) == []
