@@ -28,7 +28,7 @@ def _cmd_lab(args: argparse.Namespace) -> int:
     from kvtier.lab import lab  # imports ansible-runner; keep `kvtier images` light
 
     if args.action == "up":
-        return lab.up(check=args.check, provision=args.provision)
+        return lab.up(check=args.check, provision=args.provision, model=args.model)
     if args.action == "test":
         return lab.test(keep=args.keep)
     return {"down": lab.down, "status": lab.status}[args.action]()
@@ -72,6 +72,11 @@ def build_parser() -> argparse.ArgumentParser:
                 "--check",
                 action="store_true",
                 help="bring up the hosts and only show what site.yml would change (--check --diff)",
+            )
+            action.add_argument(
+                "--model",
+                choices=("tiny", "medium"),
+                help="the lab's model from now on: tiny (default, fast) or medium (the bench ranks tiers by time)",
             )
             action.add_argument(
                 "--provision",

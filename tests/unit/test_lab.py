@@ -94,3 +94,24 @@ def test_stages_report_each_stage_and_a_failure_stops_the_run():
     assert rows[0].split()[:2] == ["first", "ok"] and rows[0].endswith("a note")
     assert rows[1].split()[:2] == ["second", "skipped"]
     assert rows[2].split()[:2] == ["third", "FAILED"] and rows[2].endswith("changed 2 task(s)")
+
+
+def test_the_medium_lab_model_changes_only_the_model_and_its_sizes(tmp_path, monkeypatch):
+    monkeypatch.setattr(lab, "MODEL_VARS", tmp_path / "zz-model.yml")
+    monkeypatch.setattr(lab, "REPO", tmp_path.parent)
+    lab.use_model("medium")
+    written = yaml.safe_load(lab.MODEL_VARS.read_text())
+    default = yaml.safe_load((lab.INVENTORY_DIR / "group_vars" / "all" / "lab.yml").read_text())["kvtier_cluster"]
+    cluster = written["kvtier_cluster"]
+    assert written["vllm_lmcache_lab_model"] == "medium"
+    assert cluster["model"] == dict(default["model"], id="medium", path="/opt/kvtier/models/medium", weights_gib=0.11)
+    assert (
+        cluster["lmcache"]["l0_dram_gib"] == 1 and cluster["lmcache"]["chunk_size"] == default["lmcache"]["chunk_size"]
+    )
+    assert {k: v for k, v in cluster.items() if k not in ("model", "vllm", "lmcache")} == {
+        k: v for k, v in default.items() if k not in ("model", "vllm", "lmcache")
+    }
+    lab.use_model("tiny")
+    assert not lab.MODEL_VARS.exists()
+    with pytest.raises(lab.StageFailed, match="unknown lab model"):
+        lab.use_model("huge")
