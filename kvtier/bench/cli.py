@@ -32,13 +32,13 @@ def _notes(machine: dict, extra: list) -> list:
     return [f"measured on {files.machine_line(machine)}", *extra]
 
 
-def run_ttft(target, out_dir: pathlib.Path, hosts, sizes, iterations, sweeps, rates, out=print) -> list:
-    """The TTFT bench on `hosts`; its files in out_dir. Returns the paths written."""
-    max_len = target.spec.model.max_model_len
-    too_long = [n for n in sizes if n >= max_len]
+def run_ttft(target, out_dir: pathlib.Path, hosts, sizes, iterations, sweeps, rates, out=print, bench=None) -> list:
+    """The TTFT bench on `hosts` (or through `bench`, an EndpointBench); its files in out_dir. Returns the paths."""
+    max_len = target.spec.model.max_model_len if target is not None else None
+    too_long = [n for n in sizes if max_len and n >= max_len]
     if too_long:
         raise ttft.BenchError(f"context sizes {too_long} do not fit max_model_len {max_len} (a reply needs a token)")
-    bench = ttft.TtftBench(target, out=out, iterations=iterations)
+    bench = bench or ttft.TtftBench(target, out=out, iterations=iterations)
     results = [bench.run(h, sizes, sweeps, rates) for h in hosts]
     out_dir.mkdir(parents=True, exist_ok=True)
     rows = [dict(host=r["host"], **row) for r in results for row in r["summary"]]
@@ -46,8 +46,10 @@ def run_ttft(target, out_dir: pathlib.Path, hosts, sizes, iterations, sweeps, ra
     notes = _notes(
         machine,
         [
-            f"model {target.model}, chunk {bench.chunk} tokens, {iterations} iteration(s) per point",
-            "TTFT timed at the first streamed token, on the Spark itself; every hit checked against LMCache's counters",
+            f"model {bench.model}, chunk {bench.chunk} tokens, {iterations} iteration(s) per point",
+            "TTFT timed at the first streamed token, on the Spark itself; every hit checked against LMCache's counters"
+            if target is not None
+            else f"TTFT timed at the first streamed token by a client of {bench.url}; hits from vLLM's usage counts",
         ],
     )
     written = [
@@ -64,7 +66,7 @@ def _cmd_ttft(args: argparse.Namespace) -> int:
     from kvtier.inventory import InventoryError
     from kvtier.proof.target import TargetError
 
-    sweeps = args.sweep or [s for s in ttft.SWEEPS if s != "tiers" or args.disruptive]
+    sweeps = args.sweep or [s for s in ttft.SWEEPS if s != "tiers" or (args.disruptive and not args.endpoint)]
     if "tiers" in sweeps and not args.disruptive:
         print(
             "refused: the tiers sweep empties tiers ("
@@ -74,9 +76,15 @@ def _cmd_ttft(args: argparse.Namespace) -> int:
         )
         return 2
     try:
-        target = _target(args)
-        hosts = args.host or list(target.nodes)[:1]
-        written = run_ttft(target, pathlib.Path(args.out), hosts, args.sizes, args.iterations, sweeps, args.rates)
+        if args.endpoint:
+            bench = ttft.EndpointBench(args.endpoint, args.chunk_size, iterations=args.iterations)
+            target, hosts = None, [args.endpoint]
+        else:
+            bench, target = None, _target(args)
+            hosts = args.host or list(target.nodes)[:1]
+        written = run_ttft(
+            target, pathlib.Path(args.out), hosts, args.sizes, args.iterations, sweeps, args.rates, bench=bench
+        )
     except (InventoryError, TargetError, ttft.BenchError, proof_tiers.ProofError, OSError) as exc:
         print(f"kvtier bench ttft: {exc}", file=sys.stderr)
         return 1
@@ -136,7 +144,10 @@ def register(sub) -> None:
         description=ttft.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    t.add_argument("-i", "--inventory", required=True, help="the inventory the cluster was provisioned with")
+    where = t.add_mutually_exclusive_group(required=True)
+    where.add_argument("-i", "--inventory", help="the inventory the cluster was provisioned with")
+    where.add_argument("--endpoint", help="an OpenAI-compatible URL to measure as a client (no tiers sweep)")
+    t.add_argument("--chunk-size", type=int, default=256, help="LMCache's chunk size behind --endpoint (default 256)")
     t.add_argument("--host", action="append", help="a Spark to measure on (repeat; default: the first Spark)")
     t.add_argument("--sizes", type=_ints, default=[256, 512, 1024, 1536], help="context sizes in tokens")
     t.add_argument("--rates", type=_ints, default=list(ttft.DEFAULT_RATES), help="hit rates in %% (hit-rate sweep)")

@@ -19,6 +19,7 @@ import time
 from kvtier.probes import cpu as cpu_probe
 from kvtier.probes import lmcache as lmcache_probe
 from kvtier.probes import warmup as warmup_probe
+from kvtier.proof import nodes
 from kvtier.proof import tiers as proof_tiers
 from kvtier.proof.nodes import NodeError, source
 from kvtier.proof.target import Target
@@ -26,8 +27,9 @@ from kvtier.proof.target import Target
 SOURCE = source(lmcache_probe, warmup_probe, cpu_probe)
 SWEEPS = ("context", "hit_rate", "tiers")
 # The series of a TTFT-vs-context plot, in the order a reader compares them.
-SERIES = ("cold", "l0", "l1", "l2", "l3")
-SERIES_NAMES = {"cold": "cold (no cache)", **proof_tiers.TIER_NAMES}
+SERIES = ("cold", "hit", "l0", "l1", "l2", "l3")
+# "hit": a hit seen from outside (--endpoint), where no counter says which tier served it.
+SERIES_NAMES = {"cold": "cold (no cache)", "hit": "cache hit (tier unknown)", **proof_tiers.TIER_NAMES}
 DEFAULT_RATES = (0, 25, 50, 75, 100)
 
 
@@ -41,12 +43,18 @@ class TtftBench:
         self.proof = proof_tiers.Proof(target, out=out)  # its steps empty tiers (clear DRAM, flush L2, L3 files)
         self.nonce = secrets.token_hex(4)
         self.chunk = target.spec.lmcache.chunk_size
-        self._documents: dict = {}
+        self.model = target.model
 
     # --- on the node ------------------------------------------------------------------------------------------
+    def _node(self, host: str):
+        return self.t.nodes[host]
+
+    def _url(self, host: str) -> str:
+        return self.t.vllm_url(host)
+
     def _call(self, host: str, expression: str, timeout: float = 900):
         try:
-            return self.t.nodes[host].python(SOURCE, expression, timeout=timeout)
+            return self._node(host).python(SOURCE, expression, timeout=timeout)
         except (NodeError, ValueError) as exc:
             raise BenchError(f"{host}: {exc}") from None
 
@@ -57,13 +65,12 @@ class TtftBench:
         """A new document of exactly `tokens` tokens (the tag makes its chunks its own)."""
         entry = [{"tokens": tokens, "id": f"{self.nonce} {purpose}"}]
         call = (
-            f"corpus_prompts({self.t.vllm_url(host)!r}, {self.t.model!r}, {entry!r}, "
-            f"{proof_tiers.TEXT!r}, 'kvtier bench')[0]"
+            f"corpus_prompts({self._url(host)!r}, {self.model!r}, {entry!r}, {proof_tiers.TEXT!r}, 'kvtier bench')[0]"
         )
         return self._call(host, call)
 
     def request(self, host: str, prompt: list) -> dict:
-        reply = self._call(host, f"stream_complete({self.t.vllm_url(host)!r}, {self.t.model!r}, {prompt!r})")
+        reply = self._call(host, f"stream_complete({self._url(host)!r}, {self.model!r}, {prompt!r})")
         if reply["status"] != 200 or reply["error"]:
             raise BenchError(f"{host}: vLLM answered {reply['status'] or 'nothing'}: {reply['error'][:200]}")
         return reply
@@ -180,8 +187,11 @@ class TtftBench:
         point["source"] = source_host
         return point
 
-    def run(self, host: str, sizes: list, sweeps=SWEEPS, rates=DEFAULT_RATES) -> dict:
+    def wait_ready(self, host: str) -> None:
         self.proof.wait_ready(host)
+
+    def run(self, host: str, sizes: list, sweeps=SWEEPS, rates=DEFAULT_RATES) -> dict:
+        self.wait_ready(host)
         started = time.time()
         points = []
         if "context" in sweeps:
@@ -192,7 +202,7 @@ class TtftBench:
             points += self.tiers(host, sizes)
         return {
             "host": host,
-            "model": self.t.model,
+            "model": self.model,
             "chunk_size": self.chunk,
             "sizes": sizes,
             "iterations": self.iterations,
@@ -201,6 +211,55 @@ class TtftBench:
             "points": points,
             "summary": summarize(points),
         }
+
+
+class EndpointBench(TtftBench):
+    """`--endpoint URL`: requests from the controller to whatever serves the URL (one Spark, or a router in front
+    of several), as a client sees it. LMCache's counters live on the nodes, so: the context and hit-rate sweeps
+    only, hits from vLLM's usage (cached_tokens), and a pause of SETTLE seconds after a prompt's first request for
+    its store (on a node, the bench waits for the counters instead)."""
+
+    SETTLE = 1.0
+
+    def __init__(self, url: str, chunk_size: int, out=print, iterations: int = 3, model: str | None = None):
+        self.url, self.out, self.iterations, self.chunk = url.rstrip("/"), out, iterations, chunk_size
+        self.nonce = secrets.token_hex(4)
+        self.node = nodes.local("controller")
+        self.model = model or self._served()
+
+    def _served(self) -> str:
+        try:
+            served = lmcache_probe.served_models(lmcache_probe.get_json(self.url + "/v1/models"))
+        except lmcache_probe.ProbeError as exc:
+            raise BenchError(str(exc)) from None
+        if not served:
+            raise BenchError(f"{self.url}/v1/models lists no model")
+        return served[0]
+
+    def _node(self, host: str):
+        return self.node
+
+    def _url(self, host: str) -> str:
+        return self.url
+
+    def wait_ready(self, host: str) -> None:
+        pass  # a client measures what answers; /v1/models answered already
+
+    def cold_then_stored(self, host: str, prompt: list) -> dict:
+        reply = self.request(host, prompt)
+        time.sleep(self.SETTLE)
+        return reply
+
+    def _point(self, sweep, host, reply, tier, **extra) -> dict:
+        # Behind a router the repeat may land on another Spark: a hit, from a tier no counter names here.
+        return super()._point(sweep, host, reply, "hit" if tier == "l0" else tier, **extra)
+
+    def run(self, host: str, sizes: list, sweeps=SWEEPS, rates=DEFAULT_RATES) -> dict:
+        if "tiers" in sweeps:
+            raise BenchError("the tiers sweep empties tiers on the nodes: it needs -i INVENTORY, not --endpoint")
+        result = super().run(host, sizes, sweeps, rates)
+        result["machine"] = dict(result["machine"], measured_from="the controller (a client of the endpoint)")
+        return result
 
 
 def _loads(summary: dict, adapter: str) -> int:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import http.server
 import json
+import pathlib
+import threading
+import time
 
 import pytest
 
@@ -135,3 +139,41 @@ def test_problems_name_failures_late_stores_and_a_replay_that_hits_nothing():
     ]
     r.update(failed=0, stores_late=[], replay=dict(r["replay"], hit_tokens=96))
     assert probe.problems(r, 120) == []
+
+
+class _Recorded(http.server.BaseHTTPRequestHandler):
+    """Replays a stream vLLM 0.32.0 sent in the lab (tests/fixtures/vllm), after a pause: the parser under test
+    must time the first token, not the connection, and read the usage from the last event."""
+
+    body = (pathlib.Path(__file__).parents[1] / "fixtures" / "vllm" / "completion-stream.txt").read_bytes()
+    seen: list = []
+
+    def do_POST(self):  # noqa: N802 (http.server's name)
+        _Recorded.seen.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.end_headers()
+        time.sleep(0.2)
+        self.wfile.write(self.body)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_stream_complete_times_the_first_token_and_reads_the_usage():
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorded)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        reply = probe.stream_complete(f"http://127.0.0.1:{server.server_port}", "medium", [1, 2, 3], timeout=10)
+    finally:
+        server.shutdown()
+    assert reply["status"] == 200 and reply["error"] == ""
+    assert reply["prompt_tokens"] == 13 and reply["cached_tokens"] == 0
+    assert 0.2 <= reply["ttft"] <= reply["seconds"]
+    sent = _Recorded.seen[-1]
+    assert sent["prompt"] == [1, 2, 3] and sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
+
+
+def test_stream_complete_reports_a_server_that_is_not_there():
+    reply = probe.stream_complete("http://127.0.0.1:9", "m", "x", timeout=2)
+    assert reply["status"] == 0 and reply["ttft"] is None and reply["error"]
