@@ -29,6 +29,9 @@ options:
   vers:
     description: NFS version the mount must have (the C(vers=) option); not checked when omitted.
     type: str
+  io_size:
+    description: Bytes that rsize and wsize in force must reach (the server may lower them); not checked when omitted.
+    type: int
 author:
   - kvtier developers
 """
@@ -75,6 +78,7 @@ def main():
             allow_tcp=dict(type="bool", default=False),
             port=dict(type="int"),
             vers=dict(type="str"),
+            io_size=dict(type="int"),
         ),
         supports_check_mode=True,
     )
@@ -83,7 +87,9 @@ def main():
         facts = mount_facts(params["path"])
     except ProbeError as err:
         module.fail_json(msg=str(err))
-    found = problems(facts, allow_tcp=params["allow_tcp"], port=params["port"], vers=params["vers"])
+    found = problems(
+        facts, allow_tcp=params["allow_tcp"], port=params["port"], vers=params["vers"], io_size=params["io_size"]
+    )
     result = dict(changed=False, ansible_facts={"kvtier_nfs_mount": facts}, problems=found)
     if found:
         module.fail_json(msg="; ".join(found), **result)

@@ -42,6 +42,19 @@ def storage_settings(storage_vars: Mapping | None) -> dict:
     return settings
 
 
+# The export's squashed identity (nfs_server's all_squash): what owns everything a Spark writes on the L3 mount.
+SQUASH_VARS = {"uid": "nfs_server_anon_uid", "gid": "nfs_server_anon_gid"}
+
+
+def l3_owner(storage_vars: Mapping | None) -> dict:
+    """{uid, gid} that own the L3 directory on the NFS export: the storage node's squashed identity, over the
+    nfs_server role's defaults. Every write from any Spark lands as it, and a chown to a Spark's own user would be
+    refused by the server, so the directory is made with this owner, not the service user's."""
+    defaults = role_defaults("nfs_server")
+    found = {key: (storage_vars or {}).get(var, defaults.get(var)) for key, var in SQUASH_VARS.items()}
+    return {key: int(value) for key, value in found.items()}
+
+
 def l2_endpoint(storage_vars: Mapping | None) -> dict:
     """{host, port, user} of the L2 server as the storage node defines it (host absent without a data address)."""
     settings = storage_settings(storage_vars)

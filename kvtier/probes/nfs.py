@@ -200,8 +200,9 @@ def describe(path, mounts_text, mountstats_text):
     return facts
 
 
-def problems(facts, allow_tcp=False, port=None, vers=None):
-    """Reasons the mount is not acceptable, as messages that say what to fix (empty when it is)."""
+def problems(facts, allow_tcp=False, port=None, vers=None, io_size=None):
+    """Reasons the mount is not acceptable, as messages that say what to fix (empty when it is). With `io_size`,
+    rsize and wsize in force must be at least that many bytes (the server can lower what the client asked)."""
     path = facts["path"]
     if not facts["mounted"]:
         return [
@@ -228,6 +229,15 @@ def problems(facts, allow_tcp=False, port=None, vers=None):
             )
     elif port and facts["port"] != port:
         found.append("%s uses RDMA on port %s, expected %s (the server's rdma-port)" % (path, facts["port"], port))
+    if io_size:
+        sizes = {k: int(facts["options"].get(k) or 0) for k in ("rsize", "wsize")}
+        small = ["%s=%d" % (k, v) for k, v in sorted(sizes.items()) if v < io_size]
+        if small:
+            found.append(
+                "%s is mounted with %s, below %d bytes: each chunk then takes several round trips. Remount it "
+                "(umount %s && mount %s); if it stays lower, the server caps it (/proc/fs/nfsd/max_block_size)"
+                % (path, " ".join(small), io_size, path, path)
+            )
     return found
 
 

@@ -126,3 +126,14 @@ def test_module_reports_rdma_unchanged_in_check_mode(monkeypatch, capsys):
     assert out["changed"] is False and "failed" not in out
     assert out["ansible_facts"]["kvtier_nfs_mount"]["xprt"] == "rdma"
     assert out["problems"] == []
+
+
+def test_rsize_and_wsize_below_the_wanted_transfer_are_named():
+    f = facts("rdma")  # recorded against a VM whose nfsd allowed 256 KiB transfers
+    assert nfs.problems(f, port=20049, vers="4.2", io_size=262144) == []
+    f["options"].update(wsize="1048576")
+    assert nfs.problems(f, io_size=1048576) == [
+        "/mnt/kvcache is mounted with rsize=262144, below 1048576 bytes: each chunk then takes several round trips. "
+        "Remount it (umount /mnt/kvcache && mount /mnt/kvcache); if it stays lower, the server caps it "
+        "(/proc/fs/nfsd/max_block_size)"
+    ]

@@ -159,3 +159,12 @@ def test_only_the_cpu_build_removes_packages():
     )
     gpu = filters.vllm_lmcache_facts(spec_dict(), "spark01")["import_check"]
     assert "import torch, lmcache.cuda_ops; import nixl; assert torch.cuda.is_available()" in gpu
+
+
+def test_the_l3_directory_on_the_export_belongs_to_its_squashed_identity():
+    # The nfs_server role's defaults (2000:2000) unless the storage node sets its own.
+    assert filters.vllm_lmcache_l3_owner({"st": {}}, ["st"], True, "kvtier") == {"uid": 2000, "gid": 2000}
+    hostvars = {"st": {"nfs_server_anon_uid": 3100, "nfs_server_anon_gid": "3200"}}
+    assert filters.vllm_lmcache_l3_owner(hostvars, ["st"], "true", "kvtier") == {"uid": 3100, "gid": 3200}
+    # A local L3 directory (no RDMA fabric: the lab's shared volume) belongs to the service user.
+    assert filters.vllm_lmcache_l3_owner(hostvars, ["st"], False, "kvtier") == {"uid": "kvtier", "gid": "kvtier"}

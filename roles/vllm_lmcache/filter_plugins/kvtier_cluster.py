@@ -129,6 +129,21 @@ def vllm_lmcache_services(spec_dict, host, l2_password=None):
     }
 
 
+def vllm_lmcache_l3_owner(hostvars, storage_hosts, rdma_fabric, user):
+    """Owner of the L3 directory: the export's squashed identity where L3 is the NFS mount (a node with the RDMA
+    fabric), the service user where it is a local directory (the lab's shared volume)."""
+    if not _bool(rdma_fabric):
+        return {"uid": str(user), "gid": str(user)}
+    storage = list(storage_hosts or [])
+    variables = hostvars[storage[0]] if len(storage) == 1 else {}
+    found = {v: plain(variables[v]) for v in derive.SQUASH_VARS.values() if v in variables}
+    return _guard(derive.l3_owner, found)
+
+
+def _bool(value) -> bool:
+    return value if isinstance(value, bool) else str(value).strip().lower() in ("true", "yes", "1", "on")
+
+
 def vllm_lmcache_password_problems(value, name):
     """kvtier's password policy (kvtier.passwords): [] or one message naming `name`, never the value."""
     return passwords.problems(value, str(name))
@@ -192,6 +207,7 @@ class FilterModule:
             "vllm_lmcache_facts": vllm_lmcache_facts,
             "vllm_lmcache_services": vllm_lmcache_services,
             "vllm_lmcache_password_problems": vllm_lmcache_password_problems,
+            "vllm_lmcache_l3_owner": vllm_lmcache_l3_owner,
             "kvtier_systemd_exec": kvtier_systemd_exec,
             "kvtier_systemd_env": kvtier_systemd_env,
             "vllm_lmcache_lock": vllm_lmcache_lock,
