@@ -16,13 +16,14 @@ MOLECULE_SCENARIOS ?= $(CONTAINER_SCENARIOS) $(VM_SCENARIOS)
 # Each scenario's full output is kept here; a failure also prints its failed tasks last.
 LOG_DIR ?= $(CURDIR)/.cache/logs
 
-.PHONY: all bootstrap lab test test-lab test-vm lint unit molecule lab-test clean help
+.PHONY: all bootstrap lab test test-lab test-vm lint unit resolve-spark molecule lab-test clean help
 
 help:
 	@echo "make lab   - provision the local lab with playbooks/site.yml and show the tiers working"
 	@echo "make test  - everything CI runs: lint, unit tests, the role scenarios (kv_store, storage VMs), then the lab cluster's stages"
 	@echo "make test-lab - the lab cluster's stages alone (kvtier lab test): site.yml twice, tier proof, idle CPU, lab down"
 	@echo "make test-vm - the QEMU/TCG VM scenario: nvme_raid_safety (the storage safety gates)"
+	@echo "make resolve-spark - resolve the GPU packages for a DGX Spark (aarch64, CPython 3.12) and check every requirement"
 	@echo "make lint | unit | molecule SCENARIO=name | molecule MOLECULE_SCENARIOS='a b'  - narrower targets"
 
 bootstrap:
@@ -33,7 +34,7 @@ lab: bootstrap
 
 test: bootstrap
 	@set -eo pipefail; start=$$(date +%s); mkdir -p $(LOG_DIR); rm -f $(LOG_DIR)/.times; \
-	for target in lint unit molecule lab-test; do \
+	for target in lint unit resolve-spark molecule lab-test; do \
 	  t=$$(date +%s); $(MAKE) --no-print-directory $$target; echo "$$target $$(( $$(date +%s) - t ))" >> $(LOG_DIR)/.times; \
 	done; \
 	echo "==> make test passed in $$(( $$(date +%s) - start )) s:"; sed 's/^/    /; s/$$/ s/' $(LOG_DIR)/.times; rm -f $(LOG_DIR)/.times
@@ -56,6 +57,12 @@ lint:
 
 unit:
 	pytest -q tests/unit
+
+# The real Sparks' install route, as close as this machine gets: vllm + lmcache + nixl resolved for aarch64 /
+# CPython 3.12 / glibc 2.39 from PyPI (nothing installed); fails if a declared requirement would be missing.
+resolve-spark:
+	@mkdir -p $(LOG_DIR)
+	@set -o pipefail; kvtier wheelhouse resolve --report $(LOG_DIR)/spark-resolution.json 2>&1 | grep -v '^WARNING: Location'
 
 molecule:
 ifdef SCENARIO

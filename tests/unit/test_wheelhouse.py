@@ -1,9 +1,11 @@
 """kvtier.wheelhouse: lock from pip's report, exclusions, cache key, completeness."""
 
 import json
+import pathlib
 import tarfile
 
 import pytest
+from packaging.requirements import Requirement
 
 from kvtier import wheelhouse as wh
 
@@ -105,3 +107,60 @@ def test_cli_registers_build():
     wh.register(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["wheelhouse", "build", "/tmp/wh", "--force"])
     assert args.directory == "/tmp/wh" and args.force and args.func is wh._cmd_build
+
+
+# -- resolving for a DGX Spark from another controller -----------------------------------------------------
+
+SPARK_REPORT = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "wheelhouse" / "spark-aarch64-cp312.json"
+
+
+def _spark_report():
+    return json.loads(SPARK_REPORT.read_text())
+
+
+def test_platform_tags_list_every_manylinux_level_down_to_2_17():
+    tags = wh.platform_tags("aarch64", "2.39")
+    assert tags[0] == "manylinux_2_39_aarch64" and "manylinux_2_28_aarch64" in tags and "manylinux_2_18_aarch64" in tags
+    assert tags[-3:] == ["manylinux_2_17_aarch64", "manylinux2014_aarch64", "linux_aarch64"]
+    args = wh.foreign_args(wh.SPARK_TARGET)
+    assert args[:5] == ["--only-binary=:all:", "--implementation", "cp", "--python-version", "3.12"]
+    with pytest.raises(wh.WheelhouseError):
+        wh.platform_tags("aarch64", "2.5")
+
+
+def test_a_requirement_pip_left_out_for_its_own_python_is_found():
+    # The controller ran CPython 3.11: pip read vllm's `six; python_version > "3.11"` for itself, not the Spark.
+    gaps = wh.requirement_gaps(_spark_report(), wh.SPARK_TARGET)
+    assert [wh.gap_message(g) for g in gaps] == ["vllm requires six>=1.16.0, which the resolution leaves out"]
+    report = _spark_report()
+    report["install"].append({"metadata": {"name": "six", "version": "1.17.0", "requires_dist": []}})
+    assert wh.requirement_gaps(report, wh.SPARK_TARGET) == []
+
+
+def test_the_cpu_exclusion_list_would_take_declared_requirements_from_a_gpu_node():
+    report = _spark_report()
+    report["install"].append({"metadata": {"name": "six", "version": "1.17.0", "requires_dist": []}})
+    gaps = wh.requirement_gaps(report, wh.SPARK_TARGET, wh.EXCLUDE)
+    cut = {(g["package"], Requirement(g["requirement"]).name) for g in gaps}
+    assert {("torch", "triton"), ("torch", "cuda-bindings"), ("lmcache", "cupy-cuda13x")} <= cut
+    assert {("lmcache", "cufile-python"), ("lmcache", "cuda-python")} <= cut
+    assert all(g["kind"] == "excluded" for g in gaps)
+
+
+def test_markers_are_read_for_the_target():
+    env = wh.marker_environment(wh.SPARK_TARGET)
+    assert env["python_version"] == "3.12" and env["platform_machine"] == "aarch64" and env["sys_platform"] == "linux"
+    report = {
+        "install": [
+            {
+                "metadata": {
+                    "name": "a",
+                    "version": "1",
+                    "requires_dist": ['b; platform_machine == "aarch64"', 'c; platform_machine == "x86_64"', "d[x]>=2"],
+                }
+            },
+            {"metadata": {"name": "d", "version": "2.1", "requires_dist": ['e; extra == "x"', 'f; extra == "y"']}},
+        ]
+    }
+    kinds = {g["requirement"]: g["kind"] for g in wh.requirement_gaps(report, wh.SPARK_TARGET)}
+    assert kinds == {"b": "missing", "e": "missing"}
