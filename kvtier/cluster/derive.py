@@ -72,3 +72,70 @@ def with_l2_endpoint(cluster: Mapping, storage_vars: Mapping | None) -> dict:
             l2[key] = value
     cluster["l2"] = l2
     return cluster
+
+
+# A Spark's own variables that decide where NIXL's UCX traffic goes and how it is marked: the roce role's data
+# interfaces and QoS, and the RDMA devices the vllm_lmcache role found behind them (`rdma link`, at run time).
+FABRIC_VARS = (
+    "kvtier_rdma_fabric",
+    "roce_interface",
+    "roce_extra_interfaces",
+    "roce_soft_roce",
+    "roce_qos_enabled",
+    "roce_qos_tos",
+    "vllm_lmcache_rdma_devices",
+)
+
+
+def _flag(value) -> bool:
+    """An inventory boolean (YAML true/false, or a string an extra var gave)."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("1", "true", "yes", "on")
+    return bool(value)
+
+
+def tcp_only(ucx_tls) -> bool:
+    """True when UCX_TLS leaves UCX only its TCP transport (UCX then names devices by netdev, not mlx5_N:port)."""
+    words = {w.strip() for w in str(ucx_tls or "").split(",") if w.strip()}
+    return bool(words) and words <= {"tcp", "self", "^rc", "^ud", "^dc"}
+
+
+def data_interfaces(node_vars: Mapping) -> list:
+    """The netdevs that carry the node's RoCE traffic: roce_interface, then roce_extra_interfaces in order."""
+    names = [node_vars.get("roce_interface")]
+    names += [
+        item.get("interface") for item in node_vars.get("roce_extra_interfaces") or [] if isinstance(item, Mapping)
+    ]
+    return [str(n) for n in names if n]
+
+
+def ucx_fabric(node_vars: Mapping, p2p: Mapping | None) -> dict:
+    """The node keys ucx_net_devices / ucx_traffic_class derived from its fabric, for those it leaves unset.
+
+    UCX_NET_DEVICES pins NIXL to the RoCE ports (UCX would otherwise use every device it finds, the management
+    NIC included): the RDMA devices behind the data interfaces (`mlx5_N:port` style names, found on the node), or
+    the netdevs themselves when UCX_TLS is TCP only. UCX_IB_TRAFFIC_CLASS puts P2P transfers in the lossless class
+    the roce role configures (its ToS: the PFC priority's DSCP with ECN capable), so they share PFC/ECN with
+    NFS/RDMA; not on soft-RoCE or with QoS off, where no lossless class exists. A host without the RDMA fabric
+    (kvtier_rdma_fabric: false) or without a roce_interface derives nothing.
+    """
+    if not _flag(node_vars.get("kvtier_rdma_fabric", True)) or p2p is None or not data_interfaces(node_vars):
+        return {}
+    if str(p2p.get("transfer_engine") or "nixl") != "nixl":
+        return {}
+    defaults = role_defaults("roce")
+
+    def var(name):
+        value = node_vars.get(name)
+        return defaults.get(name) if value is None else value
+
+    derived: dict = {}
+    if tcp_only(p2p.get("ucx_tls")):
+        devices = data_interfaces(node_vars)
+    else:
+        devices = [str(d) for d in node_vars.get("vllm_lmcache_rdma_devices") or []]
+        if not _flag(var("roce_soft_roce")) and _flag(var("roce_qos_enabled")):
+            derived["ucx_traffic_class"] = int(var("roce_qos_tos"))
+    if devices:
+        derived["ucx_net_devices"] = ",".join(devices)
+    return derived

@@ -91,6 +91,9 @@ def cluster_from_hostvars(cluster, hostvars, hosts, var: str = CLUSTER_VAR, stor
             f"({', '.join('kvtier_' + k for k in NODE_KEYS)}) instead"
         )
     base, base_host, nodes = None, None, {}
+    # P2P settings as written (the spec parser reports what is wrong with them); UCX derives only from a mapping.
+    tiers, p2p = cluster.get("tiers"), cluster.get("p2p")
+    p2p = p2p if isinstance(p2p, Mapping) and isinstance(tiers, list) and "l1_p2p" in tiers else None
     for host in hosts:
         if host not in hostvars:
             problems.append(f"host {host} is not in the inventory")
@@ -114,6 +117,9 @@ def cluster_from_hostvars(cluster, hostvars, hosts, var: str = CLUSTER_VAR, stor
             if key not in NODE_KEYS and f"kvtier_{key}" in hv:
                 problems.append(f"host {host}: kvtier_{key}: {NODE_HINTS[key]}")
         nodes[host] = {key: plain(hv[f"kvtier_{key}"]) for key in NODE_KEYS if f"kvtier_{key}" in hv}
+        fabric = {name: plain(hv[name]) for name in derive.FABRIC_VARS if name in hv}
+        for key, value in derive.ucx_fabric(fabric, p2p).items():
+            nodes[host].setdefault(key, value)
     if problems:
         raise SpecError(problems)
     spec = derive.with_l2_endpoint(cluster, storage_vars)

@@ -176,6 +176,8 @@ def lmcache_server(spec: ClusterSpec, node_name: str, l2_password: str | None = 
         ]
         if node.ucx_net_devices and p2p.transfer_engine == "nixl":
             env["UCX_NET_DEVICES"] = node.ucx_net_devices
+        if node.ucx_traffic_class is not None and p2p.transfer_engine == "nixl":
+            env["UCX_IB_TRAFFIC_CLASS"] = str(node.ucx_traffic_class)
         if p2p.ucx_tls and p2p.transfer_engine == "nixl":
             env["UCX_TLS"] = p2p.ucx_tls
         if p2p.nixl_progress_delay_us and p2p.transfer_engine == "nixl":

@@ -46,7 +46,8 @@ Inventory shape (``group_vars/all/kvtier.yml``; per-node values are host vars, s
 
     # host vars of each Spark (hosts.yml): kvtier_data_address (required), and optionally
     # kvtier_unified_memory_gib, kvtier_p2p_advertise_address, kvtier_p2p_advertise_port,
-    # kvtier_ucx_net_devices, kvtier_ports
+    # kvtier_ucx_net_devices, kvtier_ucx_traffic_class, kvtier_ports (the UCX pair derives from the node's
+    # RoCE fabric where unset: kvtier.cluster.derive.ucx_fabric)
 """
 
 from __future__ import annotations
@@ -163,6 +164,7 @@ NODE_KEYS = (
     "p2p_advertise_address",
     "p2p_advertise_port",
     "ucx_net_devices",
+    "ucx_traffic_class",
     "ports",
 )
 
@@ -328,6 +330,8 @@ class NodeSpec:
     p2p_advertise_address: str
     p2p_advertise_port: int
     ucx_net_devices: str | None
+    # UCX_IB_TRAFFIC_CLASS: the ToS NIXL's RoCE traffic carries (the lossless class); None leaves UCX's default.
+    ucx_traffic_class: int | None
     ports: PortsSpec
 
 
@@ -603,6 +607,9 @@ def _parse_nodes(value, problems: list, memory: MemorySpec, ports: PortsSpec, p2
                 p2p_advertise_address=r.ip_address("p2p_advertise_address", address, what="the IP peers reach it at"),
                 p2p_advertise_port=r.port("p2p_advertise_port", p2p_port),
                 ucx_net_devices=r.string("ucx_net_devices", None),
+                ucx_traffic_class=r.integer(
+                    "ucx_traffic_class", None, what="a RoCE traffic class (IP ToS, 0-255)", minimum=0, maximum=255
+                ),
                 ports=_parse_ports(pr, ports),
             )
         )

@@ -64,3 +64,44 @@ def nic(host: str, interfaces: Iterable[str], roce_interface: str) -> list:
         f"host {host}: roce_interface {roce_interface} is not a network interface of the host (found: "
         f"{', '.join(interfaces) or 'none'}): set roce_interface to the RoCE NIC's netdev"
     ]
+
+
+def _kernel_module(path: str) -> bool:
+    """True for a module the kernel package shipped (/lib/modules/<version>/kernel/...); MOFED and DKMS builds
+    live under updates/ or extra/ instead."""
+    parts = [p for p in str(path).split("/") if p]
+    return "kernel" in parts and not {"updates", "extra"} & set(parts)
+
+
+def rdma_stack(host: str, stack: Mapping) -> list:
+    """NFS over RDMA needs one consistent RDMA stack: the kernel's own, or MOFED with its own rpcrdma.
+
+    `stack`: what the preflight probe read on the host: ``ofed`` (ofed_info -s, empty without MOFED),
+    ``mlx_compat`` (path of MOFED's compat module, empty without), ``rpcrdma`` (path of the rpcrdma module).
+    The kernel's rpcrdma is built against the kernel's ib_core, which MOFED replaces: with MOFED it fails to
+    load or breaks the mount, and MOFED's installer refuses to run while it is loaded.
+    """
+    ofed, compat, rpcrdma = (str(stack.get(k) or "").strip() for k in ("ofed", "mlx_compat", "rpcrdma"))
+    mofed = ofed or ("MOFED" if compat else "")
+    if not rpcrdma:
+        where = (
+            "MOFED's mlnx-nfsrdma package"
+            if mofed
+            else "the kernel's extra modules (linux-modules-extra-$(uname -r) on Ubuntu)"
+        )
+        return [
+            f"host {host}: the kernel has no rpcrdma module, so NFS over RDMA cannot mount or export: install {where}"
+        ]
+    if mofed and _kernel_module(rpcrdma):
+        return [
+            f"host {host}: {mofed} is installed but rpcrdma is the kernel's own ({rpcrdma}), built against the "
+            f"ib_core that MOFED replaces: NFS over RDMA fails to load or mount. Install MOFED's mlnx-nfsrdma for "
+            f"this kernel, or remove MOFED and use the kernel's RDMA stack"
+        ]
+    if not mofed and not _kernel_module(rpcrdma):
+        return [
+            f"host {host}: rpcrdma comes from {rpcrdma}, not from the kernel, and no MOFED is installed (no "
+            f"ofed_info, no mlx_compat): a leftover of a removed MOFED shadows the kernel's module. Remove it "
+            f"(e.g. apt purge mlnx-nfsrdma-dkms) and run depmod -a"
+        ]
+    return []

@@ -76,7 +76,13 @@ def from_inventory(inventory: Inventory) -> Target:
     sparks = inventory.group(SPARK_GROUP)
     if not sparks:
         raise TargetError(f"inventory {inventory.path} has no hosts in the group {SPARK_GROUP!r}")
-    wanted = ("kvtier_cluster", *(f"kvtier_{k}" for k in NODE_KEYS), *_CONNECTION_VARS, *_HEALTH_VARS)
+    wanted = (
+        "kvtier_cluster",
+        *(f"kvtier_{k}" for k in NODE_KEYS),
+        *derive.FABRIC_VARS,
+        *_CONNECTION_VARS,
+        *_HEALTH_VARS,
+    )
     try:
         hostvars = {host: inventory.hostvars(host, *wanted) for host in sparks}
         storage = inventory.group(derive.STORAGE_GROUP)

@@ -284,12 +284,15 @@ def test_ucx_devices_for_nixl_only():
     assert lmcache_server(spec, "spark02", PASSWORD).env["UCX_NET_DEVICES"] == "rocep1s0f1:1"
     assert "UCX_NET_DEVICES" not in lmcache_server(spec, "spark01", PASSWORD).env
     assert "UCX_TLS" not in lmcache_server(spec, "spark02", PASSWORD).env  # UCX chooses (RC over RoCE)
+    data["nodes"]["spark02"]["ucx_traffic_class"] = 106
+    assert lmcache_server(load_spec(data), "spark02", PASSWORD).env["UCX_IB_TRAFFIC_CLASS"] == "106"
+    assert "UCX_IB_TRAFFIC_CLASS" not in lmcache_server(load_spec(data), "spark01", PASSWORD).env
     data["p2p"]["ucx_tls"] = "tcp"
     assert lmcache_server(load_spec(data), "spark01", PASSWORD).env["UCX_TLS"] == "tcp"
     data["p2p"]["transfer_engine"] = "mooncake_te"
     data["p2p"].pop("transfer_package", None)
     env = lmcache_server(load_spec(data), "spark02", PASSWORD).env
-    assert "UCX_NET_DEVICES" not in env and "UCX_TLS" not in env
+    assert "UCX_NET_DEVICES" not in env and "UCX_TLS" not in env and "UCX_IB_TRAFFIC_CLASS" not in env
     assert "KVTIER_NIXL_PROGRESS_DELAY_US" not in env
 
 

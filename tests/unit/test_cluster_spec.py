@@ -382,6 +382,50 @@ def test_cluster_from_hostvars_builds_the_nodes():
     assert spec.node("spark02").p2p_advertise_port == 8600
 
 
+def _ucx(cluster, **spark02):
+    """spark02's derived UCX keys, with `spark02` as its (fabric) host vars."""
+    hostvars = _hostvars(cluster)
+    hostvars["spark02"].update(spark02)
+    return {
+        k: v
+        for k, v in cluster_from_hostvars(cluster, hostvars, ["spark01", "spark02"])["nodes"]["spark02"].items()
+        if k.startswith("ucx")
+    }
+
+
+def test_ucx_derives_from_the_fabric():
+    cluster = spec_dict()
+    del cluster["nodes"]
+    found = {"roce_interface": "enp1s0f0np0", "vllm_lmcache_rdma_devices": ["rocep1s0f0:1", "roceP2p1s0f0:1"]}
+    # The RDMA devices found behind the data interfaces, and the lossless class of the roce role's QoS (its ToS).
+    assert _ucx(cluster, **found) == {"ucx_net_devices": "rocep1s0f0:1,roceP2p1s0f0:1", "ucx_traffic_class": 106}
+    assert _ucx(cluster, **found, roce_qos_tos=98)["ucx_traffic_class"] == 98
+    # Explicit host vars win.
+    assert _ucx(cluster, **found, kvtier_ucx_net_devices="mlx5_1:1", kvtier_ucx_traffic_class=0) == {
+        "ucx_net_devices": "mlx5_1:1",
+        "ucx_traffic_class": 0,
+    }
+    # No lossless class on soft-RoCE or with QoS off; nothing at all without a fabric or a data interface.
+    assert _ucx(cluster, **found, roce_soft_roce=True) == {"ucx_net_devices": "rocep1s0f0:1,roceP2p1s0f0:1"}
+    assert "ucx_traffic_class" not in _ucx(cluster, **found, roce_qos_enabled="false")
+    assert _ucx(cluster, **found, kvtier_rdma_fabric="false") == {}
+    assert _ucx(cluster, vllm_lmcache_rdma_devices=["rocep1s0f0:1"]) == {}
+    # UCX over TCP names netdevs: both of the port's, and no traffic class.
+    cluster["p2p"]["ucx_tls"] = "tcp"
+    extra = [{"interface": "enP2p1s0f0np0", "address": "10.10.1.22/24"}]
+    assert _ucx(cluster, **found, roce_extra_interfaces=extra) == {"ucx_net_devices": "enp1s0f0np0,enP2p1s0f0np0"}
+    cluster["p2p"].update(transfer_engine="mooncake_te", ucx_tls=None)
+    cluster["p2p"].pop("transfer_package", None)
+    assert _ucx(cluster, **found) == {}
+
+
+def test_ucx_traffic_class_range():
+    data = spec_dict()
+    data["nodes"]["spark02"]["ucx_traffic_class"] = 256
+    with pytest.raises(SpecError, match="ucx_traffic_class"):
+        load_spec(data)
+
+
 def test_cluster_from_hostvars_refuses_a_second_definition():
     cluster = spec_dict()
     del cluster["nodes"]
@@ -410,7 +454,7 @@ def test_cluster_from_hostvars_other_problems():
     assert err.value.problems == [
         "kvtier_cluster.nodes is built from the inventory: set each node's values as host vars (kvtier_data_address, "
         "kvtier_unified_memory_gib, kvtier_p2p_advertise_address, kvtier_p2p_advertise_port, kvtier_ucx_net_devices, "
-        "kvtier_ports) instead",
+        "kvtier_ucx_traffic_class, kvtier_ports) instead",
         "host spark02 has no kvtier_cluster mapping: define kvtier_cluster once in group_vars/all",
         "host spark07 is not in the inventory",
     ]

@@ -15,14 +15,19 @@ from kvtier.inventory import Inventory
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "fixtures" / "golden" / "inventory-example.json"
+EXAMPLE_RDMA_DEVICES = ["rocep1s0f0:1", "roceP2p1s0f0:1"]
 PASSWORD = "golden-rendering-password-0123"  # the example's vault holds placeholders the policy refuses
 
 
 def _render() -> dict:
     inventory = Inventory(ROOT / "inventory" / "example")
     sparks, storage = inventory.group("spark"), inventory.group("storage")
-    names = ("kvtier_cluster", "kvtier_data_address", "roce_address", "roce_interface", "nfs_client_server")
+    names = ("kvtier_cluster", "kvtier_data_address", "roce_address", "nfs_client_server", *derive.FABRIC_VARS)
     hostvars = {host: inventory.hostvars(host, *names) for host in sparks + storage}
+    for host in sparks:
+        # What the vllm_lmcache role finds behind each Spark's data interfaces (`rdma link`) on the hardware:
+        # DGX OS names a ConnectX-7 port's RDMA devices after its PCI functions.
+        hostvars[host]["vllm_lmcache_rdma_devices"] = EXAMPLE_RDMA_DEVICES
     storage_vars = inventory.hostvars(storage[0], *derive.STORAGE_VARS)
     spec = load_spec(
         cluster_from_hostvars(hostvars[sparks[0]]["kvtier_cluster"], hostvars, sparks, storage_vars=storage_vars)
@@ -32,6 +37,7 @@ def _render() -> dict:
         entry = {
             "roce_address": hostvars[host].get("roce_address"),
             "roce_interface": hostvars[host].get("roce_interface"),
+            "roce_extra_interfaces": hostvars[host].get("roce_extra_interfaces"),
         }
         if host in sparks:
             config = render.node_config(spec, host, PASSWORD)
@@ -64,3 +70,6 @@ def test_what_the_example_derives():
     # (119 GiB - 32 LMCache DRAM - 8 OS) / 119: the share vLLM may claim once LMCache holds its DRAM.
     assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.66"
     assert rendered["kv-storage01"]["roce_address"] == "10.10.0.10/24" and rendered["spark01"]["coordinator"]
+    # NIXL on both RoCE devices of the Spark's port, in the lossless class of the roce role's QoS (DSCP 26, ECT).
+    env = spark["lmcache_server"]["env"]
+    assert env["UCX_NET_DEVICES"] == ",".join(EXAMPLE_RDMA_DEVICES) and env["UCX_IB_TRAFFIC_CLASS"] == "106"

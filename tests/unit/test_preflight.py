@@ -362,3 +362,32 @@ def test_nic_missing():
         "roce_interface to the RoCE NIC's netdev"
     ]
     assert hardware.nic("spark01", ["lo", "enp1s0f0np0"], "enp1s0f0np0") == []
+
+
+# --- the RDMA stack (MOFED or the kernel's) ----------------------------------------------------------------------
+
+KERNEL_RPCRDMA = "/lib/modules/6.8.0-1015-nvidia/kernel/net/sunrpc/xprtrdma/rpcrdma.ko.zst"
+MOFED_RPCRDMA = "/lib/modules/6.8.0-1015-nvidia/updates/dkms/rpcrdma.ko"
+
+
+def test_rdma_stack_consistent():
+    assert hardware.rdma_stack("s", {"ofed": "", "mlx_compat": "", "rpcrdma": KERNEL_RPCRDMA}) == []
+    mofed = {"ofed": "MLNX_OFED_LINUX-24.10-1.1.4.0:", "mlx_compat": "/lib/modules/x/updates/dkms/mlx_compat.ko"}
+    assert hardware.rdma_stack("s", {**mofed, "rpcrdma": MOFED_RPCRDMA}) == []
+
+
+def test_rdma_stack_mofed_with_the_kernels_rpcrdma():
+    (problem,) = hardware.rdma_stack(
+        "kv-storage01", {"ofed": "", "mlx_compat": "/x/extra/mlx_compat.ko", "rpcrdma": KERNEL_RPCRDMA}
+    )
+    assert problem.startswith("host kv-storage01: MOFED is installed but rpcrdma is the kernel's own")
+    assert "mlnx-nfsrdma" in problem
+
+
+def test_rdma_stack_leftover_and_missing_module():
+    (leftover,) = hardware.rdma_stack("spark01", {"rpcrdma": MOFED_RPCRDMA})
+    assert "leftover of a removed MOFED" in leftover and "depmod" in leftover
+    (missing,) = hardware.rdma_stack("spark01", {"rpcrdma": ""})
+    assert "no rpcrdma module" in missing and "linux-modules-extra" in missing
+    (missing,) = hardware.rdma_stack("spark01", {"ofed": "MLNX_OFED_LINUX-24.10", "rpcrdma": ""})
+    assert "mlnx-nfsrdma" in missing

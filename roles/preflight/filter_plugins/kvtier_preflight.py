@@ -6,6 +6,7 @@
     "{{ ansible_facts.kvtier_nvme.drives | kvtier_preflight_drives(inventory_hostname, count, pattern, serials) }}"
     "{{ memtotal_mb | kvtier_preflight_memory(hostvars, groups.spark, inventory_hostname, groups.storage) }}"
     "{{ ansible_facts.interfaces | kvtier_preflight_nic(inventory_hostname, roce_interface) }}"
+    "{{ probe_stdout | kvtier_preflight_rdma_stack(inventory_hostname) }}"        # key=value lines
 
 The logic lives in kvtier.preflight and works on plain dicts; this file only reads Ansible's objects.
 Each filter returns a list of messages that name hosts and variables, never a secret's value.
@@ -176,6 +177,12 @@ def kvtier_preflight_nic(interfaces, host, roce_interface):
     return hardware.nic(str(host), plain(interfaces) or [], str(roce_interface or ""))
 
 
+def kvtier_preflight_rdma_stack(text, host):
+    """Problems of the RDMA stack from the probe's key=value lines (ofed, mlx_compat, rpcrdma)."""
+    stack = dict(line.split("=", 1) for line in str(text or "").splitlines() if "=" in line)
+    return hardware.rdma_stack(str(host), stack)
+
+
 class FilterModule:
     def filters(self):
         return {
@@ -185,4 +192,5 @@ class FilterModule:
             "kvtier_preflight_drives": kvtier_preflight_drives,
             "kvtier_preflight_memory": kvtier_preflight_memory,
             "kvtier_preflight_nic": kvtier_preflight_nic,
+            "kvtier_preflight_rdma_stack": kvtier_preflight_rdma_stack,
         }

@@ -96,12 +96,25 @@ def vllm_lmcache_facts(spec_dict, host):
         },
         "l3_path": None if spec.l3 is None else spec.l3.path,
         "p2p": spec.p2p is not None and is_node,
+        "ucx": _ucx(spec, host) if is_node else None,
         "p2p_peers": render.p2p_peers(spec) if is_node else None,
         "endpoints": _guard(render.endpoints, spec, host) if is_node else {},
         "fingerprint": cluster.fingerprint(spec),
         # What kvtier_health compares: the adapter of each lower tier, and the settings that make cache keys equal.
         "adapters": render.tier_adapters(spec),
         "key_settings": render.key_settings(spec),
+    }
+
+
+def _ucx(spec, host: str) -> dict:
+    """Where NIXL's UCX traffic goes on `host`: its devices and traffic class, and whether RDMA devices are needed
+    (UCX over RoCE names them mlx5_N:port; with UCX_TLS tcp only, netdev names do)."""
+    node, p2p = spec.node(host), spec.p2p
+    nixl = p2p is not None and p2p.transfer_engine == "nixl"
+    return {
+        "net_devices": node.ucx_net_devices,
+        "traffic_class": node.ucx_traffic_class,
+        "needs_rdma_devices": nixl and not derive.tcp_only(p2p.ucx_tls),
     }
 
 
