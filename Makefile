@@ -11,7 +11,7 @@ export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 # (`kvtier lab test`): site.yml, site.yml again with nothing changed, the tier proof and every other check
 # that needs a serving cluster, each a named stage, then `lab down`.
 CONTAINER_SCENARIOS ?= kv_store_valkey kv_store_invalid
-VM_SCENARIOS ?= nvme_raid_safety
+VM_SCENARIOS ?= nvme_raid_safety roce_netplan
 MOLECULE_SCENARIOS ?= $(CONTAINER_SCENARIOS) $(VM_SCENARIOS)
 # Each scenario's full output is kept here; a failure also prints its failed tasks last.
 LOG_DIR ?= $(CURDIR)/.cache/logs

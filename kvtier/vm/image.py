@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -44,6 +45,7 @@ PACKAGES = (
     "rdmacm-utils",
     "perftest",
     "iproute2",
+    "netplan.io",  # the roce role's netplan path (scenario roce_netplan); with no /etc/netplan file it does nothing
     "iputils-ping",
     "procps",
     "kmod",
@@ -163,7 +165,10 @@ def build(force: bool = False, log=print) -> Image:
 
 def _build_into(out: str) -> None:
     key = os.path.join(out, "id_ed25519")
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "kvtier-vm", "-f", key], check=True)
+    # Every tool's output goes to stderr: stdout carries `kvtier vm up|build`'s JSON, which molecule parses.
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "kvtier-vm", "-f", key], check=True, stdout=sys.stderr
+    )
     with open(key + ".pub") as fh:
         pubkey = fh.read().strip()
     hook = os.path.join(out, "customize.sh")
@@ -186,6 +191,7 @@ def _build_into(out: str) -> None:
                 MIRROR,
             ],
             check=True,
+            stdout=sys.stderr,  # the customize hook's apt and update-initramfs print to stdout
         )
         # Exactly one kernel is installed; take it and its initrd out for -kernel/-initrd.
         for pattern, name in (("vmlinuz-*", "vmlinuz"), ("initrd.img-*", "initrd.img")):
@@ -196,6 +202,7 @@ def _build_into(out: str) -> None:
         subprocess.run(
             ["mkfs.ext4", "-q", "-L", "kvtier-root", "-d", rootfs, os.path.join(out, "base.raw"), IMAGE_SIZE],
             check=True,
+            stdout=sys.stderr,
         )
     finally:
         shutil.rmtree(rootfs, ignore_errors=True)
