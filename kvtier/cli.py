@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kvtier import __version__, images, model, warmup, wheelhouse
+from kvtier import __version__, images, model, model_staging, warmup, wheelhouse
 from kvtier.bench import cli as bench_cli
 from kvtier.health import cli as health_cli
 from kvtier.plan import cli as plan_cli
@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     img_build.set_defaults(func=_cmd_images_build)
 
     vm_cli.register(sub)
-    model.register(sub)
+    model_staging.register(model.register(sub))
     wheelhouse.register(sub)
     proof_cli.register(sub)
     plan_cli.register(sub)

@@ -39,6 +39,7 @@ CHAT_TEMPLATE = (
     "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
 )
 MANIFEST = "kvtier-model.json"
+SUMS = "SHA256SUMS"
 
 
 class ModelError(RuntimeError):
@@ -89,11 +90,11 @@ def model_config(size: str, vocab_size: int, bos: int, eos: int) -> dict:
     }
 
 
-def file_digests(out_dir: str) -> dict:
+def file_digests(out_dir: str, skip: tuple = (MANIFEST, SUMS)) -> dict:
     result = {}
     for name in sorted(os.listdir(out_dir)):
         path = os.path.join(out_dir, name)
-        if name != MANIFEST and os.path.isfile(path):
+        if name not in skip and os.path.isfile(path):
             with open(path, "rb") as fh:
                 result[name] = hashlib.sha256(fh.read()).hexdigest()
     return result
@@ -160,6 +161,9 @@ def build(size: str, out_dir: str, corpus: str = DEFAULT_CORPUS) -> dict:
     with open(os.path.join(out_dir, MANIFEST), "w", encoding="utf-8") as fh:
         json.dump(manifest, fh, indent=2, sort_keys=True)
         fh.write("\n")
+    # What the vllm_lmcache role checks on the node (`sha256sum -c`), as for every staged model (model_staging.py).
+    with open(os.path.join(out_dir, SUMS), "w", encoding="utf-8") as fh:
+        fh.writelines(f"{digest}  {name}\n" for name, digest in sorted(file_digests(out_dir, skip=(SUMS,)).items()))
     # Not in the file, which stays byte-identical between builds.
     return dict(manifest, build_seconds=round(time.monotonic() - started, 2))
 
@@ -214,9 +218,9 @@ def _add_build_arguments(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def register(subparsers) -> None:
-    """Add ``model build`` to the kvtier CLI."""
-    model = subparsers.add_parser("model", help="lab models built locally (random weights, no downloads)")
+def register(subparsers):
+    """Add ``model build`` to the kvtier CLI; returns the ``model`` subcommands (``model stage`` joins them)."""
+    model = subparsers.add_parser("model", help="lab models built locally, and staging a model for the nodes")
     model_sub = model.add_subparsers(dest="model_command", required=True)
     build_parser = model_sub.add_parser("build", help="build the tiny or medium random-weight Qwen2 model")
     _add_build_arguments(build_parser)
@@ -226,6 +230,7 @@ def register(subparsers) -> None:
         help=f"interpreter with torch/transformers (default: this one if it has them, else {DEFAULT_PYTHON})",
     )
     build_parser.set_defaults(func=_cmd_build)
+    return model_sub
 
 
 def main(argv: list | None = None) -> int:
