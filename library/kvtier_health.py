@@ -10,6 +10,7 @@ description:
     adapter of each lower tier and whether its stores complete, the L2 server as LMCache's user sees it, the L3
     directory and the NFS mount's transport, and the running services' cache-key settings against the spec.
   - On the storage node (O(array_name) given) checks the md array by member serial and its XFS mount's free space.
+  - On either, with O(data_interfaces), each RoCE netdev up at O(mtu) with an ACTIVE RDMA link on it.
   - Each check is host, tier, status (OK, WARN, ERR, UNVERIFIED with the reason it could not run), a stable code,
     a reason and a fix. The same code backs C(kvtier health), which adds checks across nodes.
 options:
@@ -30,6 +31,9 @@ options:
     description: The L3 NFS mount, checked when O(rdma_fabric) is true (default, the mount that holds O(l3_path)).
     type: path
   rdma_fabric: {description: Whether the host has an RDMA fabric (an NFS mount for L3)., type: bool, default: true}
+  nfs_io_size: {description: The rsize/wsize the L3 mount should have (nfs_client_io_size)., type: int, default: 1048576}
+  data_interfaces: {description: The host's RoCE netdevs (roce_interface and roce_extra_interfaces)., type: list, elements: str, default: []}
+  mtu: {description: The fabric's MTU (roce_mtu) every data interface must have., type: int}
   array_name: {description: Name of the md array that backs L3 (storage node)., type: str}
   fail_on_error: {description: Fail, listing every ERR, when one check is ERR., type: bool, default: true}
 """
@@ -65,6 +69,8 @@ from ansible.module_utils.kvtier_health import (
     array_mount_state,
     config_checks,
     directory_state,
+    fabric_checks,
+    fabric_state,
     running_service,
     spark_checks,
 )
@@ -83,6 +89,8 @@ def spark(p):
         "l2": bool(p["l2_host"]),
         "l3": bool(p["l3_path"]),
         "rdma_fabric": p["rdma_fabric"],
+        "io_size": p["nfs_io_size"],
+        "mtu": p["mtu"],
     }
     facts = {"probe": probe_node(p["endpoints"], p["model"], 5.0, p["p2p_peers"])}
     if facts["probe"].get("lmcache") is not None and p["endpoints"].get("lmcache_metrics"):
@@ -96,6 +104,8 @@ def spark(p):
         facts["l3"] = directory_state(p["l3_path"])
         if p["rdma_fabric"]:
             facts["nfs"] = mount_facts(p["nfs_mount_point"] or mount_point_of(p["l3_path"], read(MOUNTS)))
+    if p["rdma_fabric"] and p["data_interfaces"]:
+        facts["fabric"] = fabric_state(p["data_interfaces"])
     out = spark_checks(p["name"], facts, expect)
     if p["expected_settings"]:
         out += config_checks(p["name"], services, p["expected_settings"], p["fingerprint"])
@@ -104,7 +114,10 @@ def spark(p):
 
 def storage(p):
     arrays = collect().get("md_arrays") or {}
-    return array_checks(p["name"], arrays, p["array_name"], array_mount_state(arrays, p["array_name"]))
+    out = array_checks(p["name"], arrays, p["array_name"], array_mount_state(arrays, p["array_name"]))
+    if p["data_interfaces"]:
+        out += fabric_checks(p["name"], fabric_state(p["data_interfaces"]), p["mtu"])
+    return out
 
 
 def main():
@@ -125,6 +138,9 @@ def main():
             l3_path=dict(type="path"),
             nfs_mount_point=dict(type="path"),
             rdma_fabric=dict(type="bool", default=True),
+            nfs_io_size=dict(type="int", default=1048576),
+            data_interfaces=dict(type="list", elements="str", default=[]),
+            mtu=dict(type="int"),
             array_name=dict(type="str"),
             fail_on_error=dict(type="bool", default=True),
         ),

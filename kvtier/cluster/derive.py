@@ -87,7 +87,7 @@ FABRIC_VARS = (
 )
 
 
-def _flag(value) -> bool:
+def flag(value) -> bool:
     """An inventory boolean (YAML true/false, or a string an extra var gave)."""
     if isinstance(value, str):
         return value.strip().lower() in ("1", "true", "yes", "on")
@@ -119,7 +119,7 @@ def ucx_fabric(node_vars: Mapping, p2p: Mapping | None) -> dict:
     NFS/RDMA; not on soft-RoCE or with QoS off, where no lossless class exists. A host without the RDMA fabric
     (kvtier_rdma_fabric: false) or without a roce_interface derives nothing.
     """
-    if not _flag(node_vars.get("kvtier_rdma_fabric", True)) or p2p is None or not data_interfaces(node_vars):
+    if not flag(node_vars.get("kvtier_rdma_fabric", True)) or p2p is None or not data_interfaces(node_vars):
         return {}
     if str(p2p.get("transfer_engine") or "nixl") != "nixl":
         return {}
@@ -134,7 +134,7 @@ def ucx_fabric(node_vars: Mapping, p2p: Mapping | None) -> dict:
         devices = data_interfaces(node_vars)
     else:
         devices = [str(d) for d in node_vars.get("vllm_lmcache_rdma_devices") or []]
-        if not _flag(var("roce_soft_roce")) and _flag(var("roce_qos_enabled")):
+        if not flag(var("roce_soft_roce")) and flag(var("roce_qos_enabled")):
             derived["ucx_traffic_class"] = int(var("roce_qos_tos"))
     if devices:
         derived["ucx_net_devices"] = ",".join(devices)

@@ -19,6 +19,8 @@ def expectations(t: Target, host: str) -> dict:
         "l2": spec.l2 is not None,
         "l3": spec.l3 is not None,
         "rdma_fabric": t.rdma_fabric.get(host, True),
+        "mtu": t.fabric.get(host, {}).get("mtu"),
+        "io_size": t.fabric.get(host, {}).get("io_size"),
     }
 
 
@@ -51,7 +53,8 @@ def storage_checks(t: Target, facts: dict) -> list:
             )
         ]
     arrays = (facts.get("nvme") or {}).get("md_arrays") or {}
-    return h.array_checks(name, arrays, t.array_name, facts.get("mount"))
+    out = h.array_checks(name, arrays, t.array_name, facts.get("mount"))
+    return out + h.fabric_checks(name, facts.get("fabric"), t.fabric.get(name, {}).get("mtu"))
 
 
 def config_checks(t: Target, facts_by_host: dict) -> list:

@@ -36,6 +36,8 @@ def spark(t: Target, host: str) -> dict:
         parts.append(f"l3=directory_state({spec.l3.path!r})")
         if t.rdma_fabric.get(host, True):
             parts.append(f"nfs=mount_facts(mount_point_of({spec.l3.path!r}, read(MOUNTS)))")
+    if t.rdma_fabric.get(host, True) and host in t.fabric:
+        parts.append(f"fabric=fabric_state({t.fabric[host]['interfaces']!r})")
     if spec.l2 is not None and t.l2_password:
         parts.append(f"l2=client_view({spec.l2.host!r}, {spec.l2.port!r}, {spec.l2.user!r}, {t.l2_password!r})")
     try:
@@ -45,10 +47,14 @@ def spark(t: Target, host: str) -> dict:
 
 
 def storage(t: Target) -> dict:
-    """The storage node's array and its mount; {"error": ...} when it cannot be read."""
+    """The storage node's array, its mount and its RoCE interfaces; {"error": ...} when it cannot be read."""
     if t.storage is None:
         return {"error": "the inventory has no single storage node"}
-    call = f"(lambda n: dict(nvme=n, mount=array_mount_state(n.get('md_arrays'), {t.array_name!r})))(collect())"
+    interfaces = t.fabric.get(t.storage.name, {}).get("interfaces")
+    call = (
+        f"(lambda n: dict(nvme=n, mount=array_mount_state(n.get('md_arrays'), {t.array_name!r}), "
+        f"fabric=fabric_state({interfaces!r}) if {interfaces!r} else None))(collect())"
+    )
     try:
         return t.storage.python(STORAGE_SOURCE, call, timeout=120)
     except (NodeError, ValueError) as exc:

@@ -14,6 +14,7 @@ status: OK, WARN, ERR, or UNVERIFIED when the check could not run (the reason sa
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 
@@ -95,6 +96,44 @@ def directory_state(path):
         state["read_only"] = bool(st.f_flag & os.ST_RDONLY)
         state["free_bytes"] = st.f_bavail * st.f_frsize
         state["free_ratio"] = (st.f_bavail / st.f_blocks) if st.f_blocks else 0.0
+    return state
+
+
+def _sysfs(path):
+    try:
+        with open(path, encoding="ascii") as fh:
+            return fh.read().strip()
+    except OSError:
+        return None
+
+
+def fabric_state(interfaces):
+    """The RoCE data interfaces as this node sees them: each netdev's operstate and MTU (sysfs) and the RDMA links
+    on it (`rdma -j link show`, iproute2)."""
+    state = {"rdma_error": None, "interfaces": {}}
+    try:
+        done = subprocess.run(["rdma", "-j", "link", "show"], capture_output=True, text=True, timeout=10, check=False)
+        links = json.loads(done.stdout or "[]") if done.returncode == 0 else []
+        if done.returncode != 0:
+            state["rdma_error"] = (done.stderr or "").strip() or f"exit {done.returncode}"
+    except (OSError, subprocess.SubprocessError, ValueError) as exc:
+        links, state["rdma_error"] = [], str(exc)
+    for name in interfaces or ():
+        base = f"/sys/class/net/{name}"
+        if not os.path.isdir(base):
+            state["interfaces"][name] = {"exists": False}
+            continue
+        mtu = _sysfs(f"{base}/mtu")
+        state["interfaces"][name] = {
+            "exists": True,
+            "operstate": _sysfs(f"{base}/operstate"),
+            "mtu": int(mtu) if mtu and mtu.isdigit() else None,
+            "rdma": [
+                {"device": link.get("ifname"), "port": link.get("port"), "state": link.get("state")}
+                for link in links
+                if link.get("netdev") == name
+            ],
+        }
     return state
 
 
@@ -577,7 +616,7 @@ def _free_checks(host, tier, prefix, path, state):
     return [check(host, tier, OK, f"{prefix}_OK", f"{path} writable, {ratio:.0%} free")]
 
 
-def nfs_checks(host, facts, rdma_expected=True):
+def nfs_checks(host, facts, rdma_expected=True, io_size=RSIZE_WANTED):
     """The L3 NFS mount's real transport (from kvtier_nfs.mount_facts)."""
     if not rdma_expected:
         return [
@@ -613,19 +652,104 @@ def nfs_checks(host, facts, rdma_expected=True):
                 "check rdma_rxe/ConnectX, the RDMA listener (port 20049) and remount (nfs_client)",
             )
         )
-    rsize = int((facts.get("options") or {}).get("rsize") or 0)
-    if rsize and rsize < RSIZE_WANTED:
+    options = facts.get("options") or {}
+    sizes = {key: int(options.get(key) or 0) for key in ("rsize", "wsize")}
+    small = [f"{key} {value}" for key, value in sizes.items() if value and value < io_size]
+    if small:
         out.append(
             check(
                 host,
                 "l3",
                 WARN,
                 "L3_RSIZE_SMALL",
-                f"rsize {rsize} (want {RSIZE_WANTED})",
-                "mount with rsize=wsize=1048576 (nfs_client_options)",
+                f"{' and '.join(small)} (want {io_size}): each RDMA transfer moves less",
+                "mount with nfs_client_io_size (1 MiB); the server's nfsd caps it by its memory",
             )
         )
     return out or [check(host, "l3", OK, "L3_RDMA_OK", f"NFS {facts.get('vers')} over RDMA")]
+
+
+def fabric_checks(host, state, mtu):
+    """Each RoCE data interface (from `fabric_state`): the netdev up at the fabric's MTU (roce_mtu), an RDMA link
+    on it, ACTIVE. Every node is checked against the same MTU, so both ends of every path agree."""
+    if not state or not state.get("interfaces"):
+        return [
+            check(
+                host,
+                "fabric",
+                UNVERIFIED,
+                "FABRIC_UNKNOWN",
+                "the RoCE data interfaces were not read (roce_interface unset, or the node was not reached)",
+                "set roce_interface for the host",
+            )
+        ]
+    out = []
+    for name, nic in sorted(state["interfaces"].items()):
+        if not nic.get("exists"):
+            out.append(
+                check(
+                    host,
+                    "fabric",
+                    ERR,
+                    "FABRIC_NETDEV_MISSING",
+                    f"{name} does not exist",
+                    "check roce_interface (roce_extra_interfaces) and the NIC driver: `ip link`",
+                )
+            )
+            continue
+        found = len(out)
+        if nic.get("operstate") in ("down", "lowerlayerdown", "notpresent"):
+            out.append(
+                check(
+                    host,
+                    "fabric",
+                    ERR,
+                    "FABRIC_LINK_DOWN",
+                    f"{name} is {nic.get('operstate')}: no traffic passes",
+                    "check the cable and the switch port; re-run the roce role",
+                )
+            )
+        if mtu and nic.get("mtu") != mtu:
+            out.append(
+                check(
+                    host,
+                    "fabric",
+                    ERR,
+                    "FABRIC_MTU",
+                    f"{name} has MTU {nic.get('mtu')}, the fabric's is {mtu} (roce_mtu): RDMA's path MTU follows the "
+                    "netdev's, and a hop with a smaller MTU drops the larger frames",
+                    "re-run the roce role; every host and switch port must carry roce_mtu",
+                )
+            )
+        active = [link for link in nic.get("rdma") or [] if link.get("state") == "ACTIVE"]
+        if not nic.get("rdma"):
+            unread = f" (rdma link show: {state['rdma_error']})" if state.get("rdma_error") else ""
+            out.append(
+                check(
+                    host,
+                    "fabric",
+                    UNVERIFIED if state.get("rdma_error") else ERR,
+                    "FABRIC_NO_RDMA",
+                    f"no RDMA device on {name}{unread}: NFS and P2P cannot use RDMA",
+                    "load the NIC's RDMA driver (mlx5_ib) or soft-RoCE (roce_soft_roce); install iproute2 for `rdma`",
+                )
+            )
+        elif not active:
+            states = ", ".join(f"{link.get('device')}/{link.get('port')} {link.get('state')}" for link in nic["rdma"])
+            out.append(
+                check(
+                    host,
+                    "fabric",
+                    ERR,
+                    "FABRIC_RDMA_DOWN",
+                    f"the RDMA link on {name} is not ACTIVE ({states})",
+                    "check the link (`rdma link show`, `ibv_devinfo`) and the switch port",
+                )
+            )
+        if len(out) == found:
+            links = ", ".join(f"{link.get('device')}/{link.get('port')}" for link in active)
+            out.append(check(host, "fabric", OK, "FABRIC_OK", f"{links} ACTIVE on {name}, MTU {nic.get('mtu')}"))
+    return out
 
 
 def named_array(arrays, name):
@@ -700,9 +824,10 @@ def spark_checks(host, facts, expect):
     """Every check of one Spark from what was gathered on it, the same for the module and `kvtier health`.
 
     `facts`: probe (`probe_node`), later (`lmcache_summary` a second after), lmcache (`running_service` of the
-    LMCache server), l2 (`client_view` as LMCache's user), l3 (`directory_state`), nfs (`mount_facts`); any may be
-    missing. `expect`: model, adapters, p2p_peers, plus l2 (LMCache has an L2 tier), l3 (it has an L3 tier) and
-    rdma_fabric (the L3 directory is an NFS mount).
+    LMCache server), l2 (`client_view` as LMCache's user), l3 (`directory_state`), nfs (`mount_facts`), fabric
+    (`fabric_state`); any may be missing. `expect`: model, adapters, p2p_peers, plus l2 (LMCache has an L2 tier),
+    l3 (it has an L3 tier), rdma_fabric (the L3 directory is an NFS mount), io_size (the mount's rsize/wsize) and
+    mtu (the fabric's).
     """
     probe = facts.get("probe") or {}
     out = serving_checks(host, probe, expect)
@@ -724,7 +849,11 @@ def spark_checks(host, facts, expect):
     if "l3" in facts:
         out += l3_directory_checks(host, facts["l3"])
     if expect.get("l3"):
-        out += nfs_checks(host, facts.get("nfs"), expect.get("rdma_fabric", True))
+        out += nfs_checks(
+            host, facts.get("nfs"), expect.get("rdma_fabric", True), expect.get("io_size") or RSIZE_WANTED
+        )
+    if expect.get("rdma_fabric", True) and "fabric" in facts:
+        out += fabric_checks(host, facts["fabric"], expect.get("mtu"))
     return out
 
 

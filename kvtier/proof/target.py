@@ -30,7 +30,9 @@ _CONNECTION_VARS = (
 
 
 # Per-Spark variables the health checks read (the roles' defaults fill in what is unset).
-_HEALTH_VARS = ("kvtier_rdma_fabric",)
+_HEALTH_VARS = ("kvtier_rdma_fabric", "roce_mtu", "nfs_client_io_size")
+# What every host on the RoCE fabric is checked against (the storage node's too).
+_FABRIC_VARS = ("roce_interface", "roce_extra_interfaces", "roce_mtu")
 
 
 class TargetError(Exception):
@@ -50,6 +52,8 @@ class Target:
     l2_password: str | None = dataclasses.field(default=None, repr=False)
     array_name: str | None = None
     rdma_fabric: dict = dataclasses.field(default_factory=dict)  # Spark -> has an RDMA fabric (NFS mount)
+    # Host on the fabric -> {interfaces, mtu, io_size}: its RoCE netdevs, the fabric's MTU, the NFS rsize/wsize.
+    fabric: dict = dataclasses.field(default_factory=dict)
 
     @property
     def model(self) -> str:
@@ -90,7 +94,9 @@ def from_inventory(inventory: Inventory) -> Target:
         cluster = hostvars[sparks[0]].get("kvtier_cluster")
         spec = load_spec(cluster_from_hostvars(cluster, hostvars, sparks, storage_vars=storage_vars))
         storage_host = (
-            inventory.hostvars(storage[0], "kv_store_admin_password", "nvme_raid_name", *_CONNECTION_VARS)
+            inventory.hostvars(
+                storage[0], "kv_store_admin_password", "nvme_raid_name", *_FABRIC_VARS, *_CONNECTION_VARS
+            )
             if len(storage) == 1
             else {}
         )
@@ -108,4 +114,23 @@ def from_inventory(inventory: Inventory) -> Target:
         l2_password=l2_password,
         array_name=storage_host.get("nvme_raid_name", raid_defaults.get("nvme_raid_name")),
         rdma_fabric={h: bool(hostvars[h].get("kvtier_rdma_fabric", True)) for h in sparks},
+        fabric=_fabric(hostvars, sparks, storage[0] if len(storage) == 1 else None, storage_host),
     )
+
+
+def _fabric(hostvars: dict, sparks: list, storage: str | None, storage_vars: dict) -> dict:
+    """{host: {interfaces, mtu, io_size}} for each host on the RoCE fabric with a roce_interface."""
+    roce, nfs = derive.role_defaults("roce"), derive.role_defaults("nfs_client")
+    hosts = {h: hostvars[h] for h in sparks if derive.flag(hostvars[h].get("kvtier_rdma_fabric", True))}
+    if storage is not None:
+        hosts[storage] = storage_vars
+    out = {}
+    for host, variables in hosts.items():
+        interfaces = derive.data_interfaces(variables)
+        if interfaces:
+            out[host] = {
+                "interfaces": interfaces,
+                "mtu": int(variables.get("roce_mtu") or roce.get("roce_mtu")),
+                "io_size": int(variables.get("nfs_client_io_size") or nfs.get("nfs_client_io_size")),
+            }
+    return out

@@ -300,3 +300,85 @@ def test_an_l2_server_younger_than_lmcache_is_named():
     assert h.l2_restart_checks("spark01", l2, {"started_at": now - 50}, "resp") == []
     assert h.l2_restart_checks("spark01", l2, {"started_at": now - 3600}, "valkey") == []
     assert h.l2_restart_checks("spark01", {}, {"started_at": now}, "resp") == []
+
+
+# --- the RoCE fabric ---------------------------------------------------------------------------------------------
+
+
+def _nic(mtu=9000, operstate="up", rdma=(("rocep1s0f0", 1, "ACTIVE"),)):
+    links = [{"device": d, "port": p, "state": s} for d, p, s in rdma]
+    return {"exists": True, "operstate": operstate, "mtu": mtu, "rdma": links}
+
+
+def test_fabric_every_interface_up_at_the_mtu_with_an_active_rdma_link():
+    state = {
+        "rdma_error": None,
+        "interfaces": {"enp1s0f0np0": _nic(), "enP2p1s0f0np0": _nic(rdma=(("roceP2p1s0f0", 1, "ACTIVE"),))},
+    }
+    found = h.fabric_checks("spark01", state, 9000)
+    assert codes(found, h.OK) == [("spark01", "fabric", "FABRIC_OK")] * 2
+    assert found[1]["reason"] == "rocep1s0f0/1 ACTIVE on enp1s0f0np0, MTU 9000"
+
+
+def test_fabric_faults_each_named():
+    state = {
+        "rdma_error": None,
+        "interfaces": {
+            "a": {"exists": False},
+            "b": _nic(mtu=1500),
+            "c": _nic(operstate="down", rdma=(("mlx5_2", 1, "DOWN"),)),
+            "d": _nic(rdma=()),
+        },
+    }
+    found = h.fabric_checks("kv-storage01", state, 9000)
+    assert codes(found, h.ERR) == [
+        ("kv-storage01", "fabric", "FABRIC_NETDEV_MISSING"),
+        ("kv-storage01", "fabric", "FABRIC_MTU"),
+        ("kv-storage01", "fabric", "FABRIC_LINK_DOWN"),
+        ("kv-storage01", "fabric", "FABRIC_RDMA_DOWN"),
+        ("kv-storage01", "fabric", "FABRIC_NO_RDMA"),
+    ]
+    assert "b has MTU 1500, the fabric's is 9000" in found[1]["reason"]
+    assert "mlx5_2/1 DOWN" in found[3]["reason"]
+    assert codes(h.fabric_checks("s", None, 9000), h.UNVERIFIED) == [("s", "fabric", "FABRIC_UNKNOWN")]
+    # Without the rdma tool the link is unverified, not down.
+    unread = h.fabric_checks("s", {"rdma_error": "No such file", "interfaces": {"d": _nic(rdma=())}}, 9000)
+    assert codes(unread, h.UNVERIFIED) == [("s", "fabric", "FABRIC_NO_RDMA")] and "No such file" in unread[0]["reason"]
+
+
+def test_fabric_state_reads_the_node(monkeypatch):
+    state = h.fabric_state(["lo", "kvtier-no-such-nic"])
+    assert state["interfaces"]["kvtier-no-such-nic"] == {"exists": False}
+    lo = state["interfaces"]["lo"]
+    assert lo["exists"] and lo["mtu"] == int(open("/sys/class/net/lo/mtu").read()) and lo["rdma"] == []
+
+
+def test_nfs_io_size_checks_rsize_and_wsize():
+    facts = {
+        "mounted": True,
+        "proto": "rdma",
+        "xprt": "rdma",
+        "vers": "4.2",
+        "options": {"rsize": "1048576", "wsize": "262144"},
+    }
+    found = h.nfs_checks("spark01", facts)
+    assert codes(found, h.WARN) == [("spark01", "l3", "L3_RSIZE_SMALL")] and "wsize 262144" in found[0]["reason"]
+    assert codes(h.nfs_checks("spark01", facts, io_size=262144), h.OK) == [("spark01", "l3", "L3_RDMA_OK")]
+
+
+def test_module_checks_the_fabric_of_the_storage_node(capsys, monkeypatch):
+    import kvtier_health
+
+    monkeypatch.setattr(kvtier_health, "collect", lambda: {"md_arrays": {}})
+    out = _run_module(
+        {
+            "name": "kv-storage01",
+            "array_name": "kvcache",
+            "data_interfaces": ["lo"],
+            "mtu": 9000,
+            "fail_on_error": False,
+        },
+        capsys,
+    )
+    found = [c for c in out["checks"] if c["tier"] == "fabric"]
+    assert [c["code"] for c in found if c["status"] == h.ERR][0] == "FABRIC_MTU"

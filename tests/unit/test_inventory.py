@@ -37,3 +37,11 @@ def test_the_proof_target_of_a_real_inventory():
 def test_an_inventory_without_sparks_is_refused():
     with pytest.raises(TargetError, match="no hosts in the group 'spark'"):
         from_inventory(Inventory(FIXTURES / "groups_empty"))
+
+
+def test_health_checks_every_host_of_the_example_against_one_mtu():
+    t = from_inventory(Inventory(pathlib.Path(__file__).resolve().parents[2] / "inventory" / "example"))
+    assert t.fabric["kv-storage01"] == {"interfaces": ["enp65s0f0np0"], "mtu": 9000, "io_size": 1048576}
+    # Both netdevs of the Spark's port.
+    assert t.fabric["spark03"]["interfaces"] == ["enp1s0f0np0", "enP2p1s0f0np0"]
+    assert t.spec.node("spark03").ucx_traffic_class == 106
