@@ -31,8 +31,12 @@ options:
     description: The L3 NFS mount, checked when O(rdma_fabric) is true (default, the mount that holds O(l3_path)).
     type: path
   rdma_fabric: {description: Whether the host has an RDMA fabric (an NFS mount for L3)., type: bool, default: true}
-  nfs_io_size: {description: The rsize/wsize the L3 mount should have (nfs_client_io_size)., type: int, default: 1048576}
-  data_interfaces: {description: The host's RoCE netdevs (roce_interface and roce_extra_interfaces)., type: list, elements: str, default: []}
+  nfs_io_size: {description: The rsize/wsize the L3 mount should have., type: int, default: 1048576}
+  data_interfaces:
+    description: The host's RoCE netdevs (roce_interface and roce_extra_interfaces).
+    type: list
+    elements: str
+    default: []
   mtu: {description: The fabric's MTU (roce_mtu) every data interface must have., type: int}
   array_name: {description: Name of the md array that backs L3 (storage node)., type: str}
   fail_on_error: {description: Fail, listing every ERR, when one check is ERR., type: bool, default: true}
