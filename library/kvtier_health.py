@@ -38,6 +38,8 @@ options:
     elements: str
     default: []
   mtu: {description: The fabric's MTU (roce_mtu) every data interface must have., type: int}
+  coordinator_url: {description: "The P2P coordinator's URL, on the host that runs it.", type: str}
+  coordinator_instances: {description: "What it must list: {instance id: data address} of every Spark.", type: dict}
   array_name: {description: Name of the md array that backs L3 (storage node)., type: str}
   fail_on_error: {description: Fail, listing every ERR, when one check is ERR., type: bool, default: true}
 """
@@ -72,6 +74,8 @@ from ansible.module_utils.kvtier_health import (
     array_checks,
     array_mount_state,
     config_checks,
+    coordinator_checks,
+    coordinator_state,
     directory_state,
     fabric_checks,
     fabric_state,
@@ -111,6 +115,8 @@ def spark(p):
     if p["rdma_fabric"] and p["data_interfaces"]:
         facts["fabric"] = fabric_state(p["data_interfaces"])
     out = spark_checks(p["name"], facts, expect)
+    if p["coordinator_url"]:
+        out += coordinator_checks(p["name"], coordinator_state(p["coordinator_url"]), p["coordinator_instances"] or {})
     if p["expected_settings"]:
         out += config_checks(p["name"], services, p["expected_settings"], p["fingerprint"])
     return out
@@ -145,6 +151,8 @@ def main():
             nfs_io_size=dict(type="int", default=1048576),
             data_interfaces=dict(type="list", elements="str", default=[]),
             mtu=dict(type="int"),
+            coordinator_url=dict(type="str"),
+            coordinator_instances=dict(type="dict"),
             array_name=dict(type="str"),
             fail_on_error=dict(type="bool", default=True),
         ),

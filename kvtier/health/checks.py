@@ -79,11 +79,15 @@ def run(t: Target) -> tuple:
     with concurrent.futures.ThreadPoolExecutor(max_workers=len(t.nodes) + 1) as pool:
         sparks = {host: pool.submit(gather.spark, t, host) for host in t.nodes}
         storage = pool.submit(gather.storage, t) if t.spec.l3 is not None else None
+        coordinator = pool.submit(gather.coordinator, t) if t.spec.p2p is not None else None
         facts = {host: future.result() for host, future in sparks.items()}
         storage_facts = storage.result() if storage is not None else None
     out = []
     for host in t.nodes:
         out += spark_checks(t, host, facts[host])
+    if coordinator is not None:
+        expected = {n.name: n.data_address for n in t.spec.nodes}
+        out += h.coordinator_checks(t.spec.p2p.coordinator.node, coordinator.result(), expected)
     out += config_checks(t, facts)
     if storage_facts is not None:
         out += storage_checks(t, storage_facts)

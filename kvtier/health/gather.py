@@ -59,3 +59,14 @@ def storage(t: Target) -> dict:
         return t.storage.python(STORAGE_SOURCE, call, timeout=120)
     except (NodeError, ValueError) as exc:
         return {"error": str(exc)}
+
+
+def coordinator(t: Target) -> dict:
+    """The P2P coordinator's instances, read from a Spark on the data network (the coordinator's own node when it
+    is a Spark); {"error": ...} when no Spark could ask."""
+    c = t.spec.p2p.coordinator
+    via = c.node if c.node in t.nodes else sorted(t.nodes)[0]
+    try:
+        return t.nodes[via].python(SPARK_SOURCE, f"coordinator_state({c.url!r})", timeout=60)
+    except (NodeError, ValueError) as exc:
+        return {"url": c.url, "error": f"asked from {via}: {exc}"}

@@ -382,3 +382,68 @@ def test_module_checks_the_fabric_of_the_storage_node(capsys, monkeypatch):
     )
     found = [c for c in out["checks"] if c["tier"] == "fabric"]
     assert [c["code"] for c in found if c["status"] == h.ERR][0] == "FABRIC_MTU"
+
+
+# --- the P2P coordinator -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def coordinator_answering():
+    """A local HTTP server answering GET /instances with whatever the test sets (stands in for the coordinator)."""
+    import http.server
+    import threading
+
+    answer = {"body": "[]"}
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self):  # noqa: N802
+            data = answer["body"].encode()
+            self.send_response(200 if self.path == "/instances" else 404)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}", answer
+    httpd.shutdown()
+
+
+SPARKS = {"spark01": "10.10.0.21", "spark02": "10.10.0.22"}
+
+
+def test_the_coordinator_lists_every_spark(coordinator_answering):
+    url, answer = coordinator_answering
+    answer["body"] = json.dumps(
+        [
+            {"instance_id": "spark01", "ip": "10.10.0.21", "mq_port": 5555},
+            {"instance_id": "spark02", "ip": "10.10.0.22", "mq_port": 5555},
+        ]
+    )
+    found = h.coordinator_checks("spark01", h.coordinator_state(url), SPARKS)
+    assert codes(found, h.OK) == [("spark01", "l1_p2p", "P2P_COORDINATOR_OK")]
+    # The same answer keyed by instance id.
+    answer["body"] = json.dumps({"instances": {"spark01": {"ip": "10.10.0.21"}, "spark02": {"ip": "10.10.0.22"}}})
+    assert codes(h.coordinator_checks("spark01", h.coordinator_state(url), SPARKS), h.OK)
+
+
+def test_a_missing_and_a_stale_instance_are_named(coordinator_answering):
+    url, answer = coordinator_answering
+    answer["body"] = json.dumps(
+        [{"instance_id": "spark01", "ip": "10.10.0.99"}, {"instance_id": "old", "ip": "10.1.1.1"}]
+    )
+    found = h.coordinator_checks("spark01", h.coordinator_state(url), SPARKS)
+    assert codes(found) == [
+        ("spark01", "l1_p2p", "P2P_COORDINATOR_MISSING"),
+        ("spark01", "l1_p2p", "P2P_COORDINATOR_STALE"),
+    ]
+    assert found[0]["reason"].startswith("spark02 not registered")
+    assert "old (10.1.1.1)" in found[1]["reason"] and "spark01 (10.10.0.99)" in found[1]["reason"]
+
+
+def test_a_coordinator_that_does_not_answer():
+    found = h.coordinator_checks("spark01", h.coordinator_state("http://127.0.0.1:9", timeout=2), SPARKS)
+    assert codes(found, h.ERR) == [("spark01", "l1_p2p", "P2P_COORDINATOR_DOWN")]

