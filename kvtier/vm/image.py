@@ -79,6 +79,9 @@ printf 'PermitRootLogin prohibit-password\nPasswordAuthentication no\nUseDNS no\
 printf 'MODULES=list\n' > "$R/etc/initramfs-tools/conf.d/kvtier-modules"
 printf '%s\n' @INITRD_MODULES@ >> "$R/etc/initramfs-tools/modules"
 chroot "$R" update-initramfs -u -k all
+# QEMU boots the kernel and initrd taken out of the image (-kernel/-initrd), never the guest's /boot: a guest's
+# update-initramfs (nvme_raid runs it for mdadm.conf) cannot change its boot and costs minutes under TCG.
+sed -i 's/^update_initramfs=.*/update_initramfs=no/' "$R/etc/initramfs-tools/update-initramfs.conf"
 """
 
 RECIPE = {
