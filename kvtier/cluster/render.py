@@ -325,3 +325,15 @@ def node_config(spec: ClusterSpec, node_name: str, l2_password: str | None = Non
         "coordinator": None if coord is None else coord.to_dict(),
         "endpoints": endpoints(spec, node_name),
     }
+
+
+def router_backends(spec: ClusterSpec) -> list:
+    """The router's backends: every Spark's vLLM at its data address, in the spec's node order (the router hashes
+    prompts over this list, so its order must be the same on every run)."""
+    loopback = spec.vllm.host.startswith("127.") or spec.vllm.host == "::1"
+    if loopback:
+        raise RenderError(
+            f"vllm.host is {spec.vllm.host}: the router cannot reach a vLLM bound to loopback; "
+            "bind it to 0.0.0.0 or the data address"
+        )
+    return [{"name": n.name, "address": n.data_address, "port": n.ports.vllm_http} for n in spec.nodes]

@@ -50,6 +50,7 @@ PACKAGES = (
     "procps",
     "kmod",
     "fio",
+    "haproxy",  # the router role's front door on the storage node (the lab's router runs there)
     "less",
     "pciutils",
     "util-linux",

@@ -1,0 +1,1 @@
+../kvtier/probes/router.py
