@@ -77,6 +77,10 @@ memory:
   description: used_memory, maxmemory, maxmemory_policy and evicted_keys from INFO.
   returned: success
   type: dict
+keys:
+  description: Keys the server holds (every database, from INFO keyspace).
+  returned: success
+  type: int
 persistence:
   description: aof_enabled and rdb_changes_since_last_save from INFO.
   returned: success
@@ -132,7 +136,7 @@ def probe(params, check_mode):
                     % (params.get("username") or "default", _endpoint(params), err)
                 )
                 return result, failures
-        info = client.info("server", "memory", "persistence", "stats")
+        info = client.info("server", "memory", "persistence", "stats", "keyspace")
         result["flavor"], result["version"] = server_identity(info)
         result["memory"] = {
             "used_memory": int(info.get("used_memory", 0)),
@@ -140,6 +144,12 @@ def probe(params, check_mode):
             "maxmemory_policy": info.get("maxmemory_policy", ""),
             "evicted_keys": int(info.get("evicted_keys", 0)),
         }
+        # INFO keyspace: "db0:keys=12,expires=0,avg_ttl=0" per database that holds keys.
+        result["keys"] = sum(
+            int(dict(part.split("=", 1) for part in value.split(",") if "=" in part).get("keys", 0))
+            for name, value in info.items()
+            if name.startswith("db") and name[2:].isdigit()
+        )
         result["persistence"] = {
             "aof_enabled": info.get("aof_enabled") == "1",
             "rdb_changes_since_last_save": int(info.get("rdb_changes_since_last_save", 0)),

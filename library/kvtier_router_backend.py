@@ -15,7 +15,9 @@ options:
   backend: {description: The router's backend., type: str, required: true}
   server: {description: The server (the Spark's inventory name)., type: str, required: true}
   state:
-    description: Admin state to set; left out, nothing is set and O(wait) waits until the server passes its health checks.
+    description:
+      - Admin state to set.
+      - Left out, nothing is set, and O(wait) waits until the server passes its health checks (UP, or DRAIN).
     type: str
     choices: [ready, drain, maint]
   wait: {description: Wait until the state took effect (see above)., type: bool, default: true}
@@ -59,8 +61,8 @@ def main():
         every = servers(p["socket"], p["backend"])
         if p["server"] not in every:
             module.fail_json(
-                msg=f"the router's backend {p['backend']} has no server {p['server']} (it has {', '.join(sorted(every))}): "
-                "run site.yml (the router role) after adding a Spark"
+                msg=f"the router's backend {p['backend']} has no server {p['server']} "
+                f"(it has {', '.join(sorted(every))}): run site.yml (the router role) after adding a Spark"
             )
         before = every[p["server"]]
         changed = p["state"] is not None and admin_state(before["status"]) != p["state"]

@@ -12,6 +12,7 @@ import csv
 import io
 import socket
 import time
+import urllib.request
 
 # What a client sees of a server: "UP" takes new requests; "DRAIN" finishes what it has and takes none;
 # "MAINT" is out; "DOWN" failed its health checks. HAProxy may add " 1/2" while a check is going up or down.
@@ -117,3 +118,14 @@ def wait_status(path: str, backend: str, server: str, statuses, timeout: float, 
                 f"{timeout:.0f} s, not {'/'.join(statuses)}"
             )
         time.sleep(interval)
+
+
+def stats_over_http(url: str, backend: str, timeout: float = 5.0) -> dict:
+    """{server: status} from the router's read-only statistics page (``<url>;csv``), as a client host reads it."""
+    with urllib.request.urlopen(url + ";csv", timeout=timeout) as reply:
+        rows = parse_stat(reply.read().decode(errors="replace"))
+    return {
+        row["svname"]: row["status"].split(" ")[0]
+        for row in rows
+        if row["pxname"] == backend and row["svname"] not in ("FRONTEND", "BACKEND")
+    }

@@ -1,0 +1,145 @@
+"""Day-2 stages of the lab: maintenance under a steady stream of client requests through the router.
+
+  rolling restart   playbooks/persistence_check.yml (a warmed set, every Spark restarted one at a time behind the
+                    router by rolling_restart.yml, the set replayed from the persistent tiers);
+  spec change       a change to kvtier_cluster applied by spark.yml (site.yml's Spark part), one Spark at a time;
+  L2 repair         playbooks/repair_lmcache.yml after the storage node's reboot.
+Meanwhile a client sends requests through the router and a watcher reads the router's statistics page: every
+request must succeed, and each Spark's time out of rotation is measured from the router's own view.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pathlib
+import secrets
+import threading
+import time
+
+import yaml
+
+from kvtier.bench.stream import ClientStream
+from kvtier.lab.runner import run_playbook
+from kvtier.lab.stages import StageFailed
+from kvtier.probes import router as router_probe
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+ROUTER_DEFAULTS = REPO / "roles" / "router" / "defaults" / "main.yml"
+# The client's prompts: a few, cycled, each several chunks long (after the first cycle they are cache hits).
+CLIENT_PROMPTS = 4
+CLIENT_WORDS = 300
+
+
+class RouterWatch:
+    """Polls the router's statistics page: every status each server had, with when it started."""
+
+    def __init__(self, stats_url: str, backend: str, interval: float = 0.5):
+        self.stats_url, self.backend, self.interval = stats_url, backend, interval
+        self.history: dict = {}  # server -> [(epoch seconds, status)]
+        self.errors = 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name="kvtier-router-watch")
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                now, states = time.time(), router_probe.stats_over_http(self.stats_url, self.backend)
+            except (OSError, router_probe.RouterError):
+                self.errors += 1
+            else:
+                for server, status in states.items():
+                    seen = self.history.setdefault(server, [])
+                    if not seen or seen[-1][1] != status:
+                        seen.append((now, status))
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(10)
+
+    def out_of_rotation(self) -> dict:
+        """{server: seconds not UP} over the watch (drained, in maintenance or failing its checks)."""
+        return out_of_rotation(self.history, time.time())
+
+    def last(self) -> dict:
+        return {server: seen[-1][1] for server, seen in self.history.items() if seen}
+
+
+def out_of_rotation(history: dict, until: float) -> dict:
+    result = {}
+    for server, seen in history.items():
+        total = 0.0
+        for (at, status), (next_at, _) in zip(seen, seen[1:] + [(until, None)], strict=True):
+            if status != "UP":
+                total += next_at - at
+        result[server] = round(total, 1)
+    return result
+
+
+def router_urls(address: str) -> tuple:
+    """(client URL, statistics URL, backend name) of the router at `address`, from the router role's defaults."""
+    defaults = yaml.safe_load(ROUTER_DEFAULTS.read_text())
+    base = f"http://{address}"
+    return (
+        f"{base}:{defaults['router_port']}",
+        f"{base}:{defaults['router_stats_port']}/stats",
+        defaults["router_backend_name"],
+    )
+
+
+def client_prompts(nonce: str) -> list:
+    words = " ".join(f"w{n % 97}" for n in range(CLIENT_WORDS))
+    return [f"kvtier lab client {nonce} prompt {i}: {words}" for i in range(CLIENT_PROMPTS)]
+
+
+@contextlib.contextmanager
+def under_client_stream(out, address: str, model: str):
+    """A warmed client stream through the router and a watch of its statistics, for the `with` body's duration.
+    Yields (stream, watch); the caller reads their results after the body."""
+    url, stats_url, backend = router_urls(address)
+    stream = ClientStream(url, model, client_prompts(secrets.token_hex(4)))
+    warm = stream.warm()
+    if not all(r["ok"] for r in warm):
+        raise StageFailed(f"the router at {url} did not answer the client: {[r['error'] for r in warm if not r['ok']]}")
+    out(f"  client stream through the router {url} (prompts warmed in {sum(r['seconds'] for r in warm):.1f} s)")
+    with RouterWatch(stats_url, backend) as watch, stream:
+        yield stream, watch
+
+
+def report(out, stream: ClientStream, watch: RouterWatch, must_leave: bool = True) -> str:
+    """Print and check what the client and the router saw: no failed request, every Spark back UP (and, with
+    must_leave, every Spark out of rotation for a while: the drain happened)."""
+    s = stream.summary()
+    away = watch.out_of_rotation()
+    out(
+        f"  client: {s['requests']} requests, {s['failed']} failed; TTFT p50 {s['ttft_p50']} s, p95 {s['ttft_p95']} s, "
+        f"worst {s['ttft_max']} s; slowest request {s['seconds_max']} s"
+    )
+    for server, seen in sorted(watch.history.items()):
+        path = " -> ".join(status for _, status in seen)
+        out(f"  router: {server} {path}; out of rotation {away.get(server, 0.0):.0f} s")
+    problems = [f"{s['failed']} of {s['requests']} requests failed ({'; '.join(s['errors'])})"] if s["failed"] else []
+    problems += [f"{srv} is {st} at the router" for srv, st in watch.last().items() if st != "UP"]
+    if must_leave:
+        problems += [f"{srv} never left rotation" for srv, secs in away.items() if not secs]
+    if not watch.history:
+        problems.append("the router's statistics page never answered")
+    if problems:
+        raise StageFailed("; ".join(problems))
+    return (
+        f"0 of {s['requests']} client requests failed (TTFT p50 {s['ttft_p50']} s, worst {s['ttft_max']} s); "
+        + ", ".join(f"{srv} out {secs:.0f} s" for srv, secs in sorted(away.items()))
+    )
+
+
+def playbook_under_stream(out, inventory, address: str, model: str, playbook: str, extravars=None, must_leave=True):
+    """Run `playbook` while a client streams requests through the router; (its run time, the stage's note)."""
+    with under_client_stream(out, address, model) as (stream, watch):
+        ok, changed, seconds, failures = run_playbook(REPO, playbook, inventory, out=out, extravars=extravars)
+    if not ok:
+        raise StageFailed("; ".join(failures) or f"{playbook} failed")
+    return seconds, report(out, stream, watch, must_leave)
