@@ -27,7 +27,7 @@ options:
 EXAMPLES = r"""
 - name: Take spark02 out of rotation and wait until its requests are answered
   kvtier_router_backend:
-    socket: /run/haproxy/kvtier-admin.sock
+    socket: /run/haproxy/kvtier.sock
     backend: vllm
     server: spark02
     state: drain

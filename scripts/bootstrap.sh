@@ -15,6 +15,7 @@ apt_packages=(
   openssh-client                                  # Ansible transport to VMs
   python3-venv
   redis-server                                    # unit tests start their own instance on a free port
+  haproxy                                         # unit tests run the router role's configuration
   shellcheck                                      # make lint checks the shell scripts
 )
 
@@ -29,10 +30,12 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  # The tests run their own redis-server; the packaged system instance is not wanted on a test host.
-  if [[ " ${missing[*]} " == *" redis-server "* ]] && command -v systemctl >/dev/null; then
-    systemctl disable --now redis-server.service >/dev/null 2>&1 || true
-  fi
+  # The tests run their own redis-server and haproxy; the packaged system instances are not wanted on a test host.
+  for service in redis-server haproxy; do
+    if [[ " ${missing[*]} " == *" $service "* ]] && command -v systemctl >/dev/null; then
+      systemctl disable --now "$service.service" >/dev/null 2>&1 || true
+    fi
+  done
 fi
 
 # podman on this kind of host: crun rejects the hybrid cgroup layout and the default ulimits cannot be set

@@ -1,0 +1,276 @@
+"""The router: backends from the spec, and the role's HAProxy configuration run by a real HAProxy.
+
+HAProxy (the distribution's, installed by scripts/bootstrap.sh) runs the configuration rendered from the role's
+template in front of two small HTTP servers that stand in for vLLM (they answer /health and /v1/completions with
+their name); the affinity, the drain through the admin socket, the module and the statistics page are real.
+"""
+
+import contextlib
+import http.server
+import json
+import pathlib
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+
+import jinja2
+import kvtier_router_backend
+import pytest
+import yaml
+
+from kvtier.bench.stream import summarize
+from kvtier.cluster import RenderError, load_spec
+from kvtier.cluster.render import router_backends
+from kvtier.lab.day2 import out_of_rotation
+from kvtier.probes import router as router_probe
+from tests.unit._cluster_data import spec_dict
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+ROLE = ROOT / "roles" / "router"
+HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
+
+
+def test_backends_are_every_spark_at_its_data_address_in_spec_order():
+    backends = router_backends(load_spec(spec_dict()))
+    assert backends == [
+        {"name": "spark01", "address": "10.10.0.21", "port": 8000},
+        {"name": "spark02", "address": "10.10.0.22", "port": 8000},
+        {"name": "spark03", "address": "10.10.0.23", "port": 8000},
+    ]
+
+
+def test_backends_refuse_a_vllm_bound_to_loopback():
+    with pytest.raises(RenderError, match="cannot reach a vLLM bound to loopback"):
+        router_backends(load_spec(spec_dict(vllm={"block_size": 16, "gpu_kv_cache_gib": 40, "host": "127.0.0.1"})))
+
+
+def test_parse_stat_reads_haproxy_csv():
+    text = (
+        "# pxname,svname,qcur,qmax,scur,smax,slim,stot,bin,bout,dreq,dresp,ereq,econ,eresp,wretr,wredis,status,"
+        "weight,act,bck,chkfail,chkdown,lastchg,downtime,qlimit,pid,iid,sid,throttle,lbtot,tracked,type,rate,"
+        "rate_lim,rate_max,check_status\n"
+        "vllm,spark01,0,0,2,3,,9,1,1,,0,,0,0,0,0,UP,1,1,0,0,0,5,0,,1,3,1,,9,,2,0,,1,L7OK\n"
+        "vllm,spark02,0,0,0,1,,4,1,1,,0,,0,0,0,0,DRAIN,1,1,0,0,0,5,0,,1,3,2,,4,,2,0,,1,L7OK\n"
+        "vllm,BACKEND,0,0,2,3,,13,1,1,0,0,,0,0,0,0,UP,1,1,0,,0,5,0,,1,3,0,,13,,1,0,,1,\n"
+    )
+    rows = router_probe.parse_stat(text)
+    assert [(r["svname"], r["status"], r["scur"]) for r in rows] == [
+        ("spark01", "UP", "2"),
+        ("spark02", "DRAIN", "0"),
+        ("BACKEND", "UP", "2"),
+    ]
+    with pytest.raises(router_probe.RouterError, match="unexpected answer"):
+        router_probe.parse_stat("Unknown command\n")
+
+
+@pytest.mark.parametrize(
+    ("status", "state"), [("UP", "ready"), ("DOWN", "ready"), ("DRAIN", "drain"), ("MAINT", "maint"), ("no", "ready")]
+)
+def test_admin_state_of_a_status(status, state):
+    assert router_probe.admin_state(status) == state
+
+
+def test_out_of_rotation_counts_every_status_but_up():
+    history = {"spark01": [(0.0, "UP"), (10.0, "DRAIN"), (14.0, "DOWN"), (20.0, "UP")], "spark02": [(0.0, "UP")]}
+    assert out_of_rotation(history, until=30.0) == {"spark01": 10.0, "spark02": 0.0}
+
+
+def test_client_summary_counts_failures_and_ttft():
+    ok = {"ok": True, "status": 200, "ttft": 0.1, "seconds": 0.2, "error": ""}
+    results = [
+        ok,
+        dict(ok, ttft=0.3, seconds=0.5),
+        {"ok": False, "status": 502, "ttft": None, "seconds": 0.0, "error": "x"},
+    ]
+    summary = summarize(results)
+    assert (summary["requests"], summary["failed"], summary["ttft_max"], summary["seconds_max"]) == (3, 1, 0.3, 0.5)
+    assert summary["errors"] == ["502: x"]
+
+
+# --- a real HAProxy with the role's configuration ------------------------------------------------------------------
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _StandIn(http.server.ThreadingHTTPServer):
+    """Stands in for one Spark's vLLM: /health, /v1/models and /v1/completions answer with its name."""
+
+    daemon_threads = True
+
+    def __init__(self, name: str):
+        self.name, self.seen, self.delay = name, [], 0.0
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _answer(handler, body: bytes):
+                handler.send_response(200)
+                handler.send_header("Content-Length", str(len(body)))
+                handler.end_headers()
+                handler.wfile.write(body)
+
+            def do_GET(handler):
+                handler._answer(json.dumps({"data": [{"id": "m"}], "server": name}).encode())
+
+            def do_POST(handler):
+                body = json.loads(handler.rfile.read(int(handler.headers["Content-Length"])))
+                self.seen.append(body["prompt"])
+                time.sleep(self.delay)
+                handler._answer(name.encode())
+
+            def log_message(handler, *args):
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+
+def render_config(tmp_path, backends, **overrides) -> pathlib.Path:
+    variables = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
+    variables.update(
+        ansible_managed="test",
+        router_bind_address="127.0.0.1",
+        router_port=_free_port(),
+        router_stats_port=_free_port(),
+        router_admin_socket=str(tmp_path / "admin.sock"),
+        router_health_interval_ms=200,
+        _router_backends=backends,
+        **overrides,
+    )
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROLE / "templates"), keep_trailing_newline=True)
+    env.filters["ansible.utils.ipwrap"] = lambda address: address  # IPv4 only here
+    # The test runs HAProxy as the current user: no user/group switch.
+    text = env.get_template("haproxy.cfg.j2").render(**variables).replace("    user haproxy\n    group haproxy\n", "")
+    path = tmp_path / "haproxy.cfg"
+    path.write_text(text)
+    path.with_suffix(".json").write_text(json.dumps(variables, default=str))
+    return path
+
+
+@contextlib.contextmanager
+def haproxy(tmp_path, backends, **overrides):
+    config = render_config(tmp_path, backends, **overrides)
+    variables = json.loads(config.with_suffix(".json").read_text())
+    proc = subprocess.Popen([HAPROXY, "-db", "-f", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 20
+        while True:  # until every backend passes its health checks
+            try:
+                states = router_probe.servers(variables["router_admin_socket"], "vllm")
+                if all(s["status"] == "UP" for s in states.values()):
+                    break
+            except router_probe.RouterError:
+                pass
+            assert proc.poll() is None, proc.stdout.read().decode()
+            assert time.monotonic() < deadline, "HAProxy's backends never came UP"
+            time.sleep(0.2)
+        yield variables
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+def _complete(variables, prompt: str) -> str:
+    request = urllib.request.Request(
+        f"http://127.0.0.1:{variables['router_port']}/v1/completions",
+        data=json.dumps({"model": "m", "prompt": prompt, "max_tokens": 1}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as reply:
+        return reply.read().decode()
+
+
+@pytest.fixture
+def stand_ins():
+    servers = [_StandIn("spark01"), _StandIn("spark02")]
+    yield servers
+    for server in servers:
+        server.shutdown()
+
+
+def _backends(servers):
+    return [{"name": s.name, "address": "127.0.0.1", "port": s.server_address[1]} for s in servers]
+
+
+def test_haproxy_accepts_the_rendered_configuration(tmp_path):
+    backends = [{"name": "spark01", "address": "10.0.0.21", "port": 8000}]
+    for prefix in (256, 0):  # prefix affinity, and least connections
+        config = render_config(tmp_path, backends, router_prefix_bytes=prefix)
+        check = subprocess.run([HAPROXY, "-c", "-f", str(config)], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+
+
+def test_prompts_with_the_same_prefix_go_to_the_same_spark(tmp_path, stand_ins):
+    with haproxy(tmp_path, _backends(stand_ins), router_prefix_bytes=64) as variables:
+        prefixes = [f"document {n} " + "x" * 80 for n in range(12)]
+        first = {p: _complete(variables, p + " first question") for p in prefixes}
+        again = {p: _complete(variables, p + " another question") for p in prefixes}
+        assert first == again  # the first 64 bytes pick the Spark
+        assert set(first.values()) == {"spark01", "spark02"}  # and the prefixes are spread over both
+
+
+def test_a_drained_spark_gets_no_request_and_comes_back(tmp_path, stand_ins):
+    with haproxy(tmp_path, _backends(stand_ins), router_prefix_bytes=64) as variables:
+        sock = variables["router_admin_socket"]
+        prompts = [f"prompt {n} " + "y" * 80 for n in range(12)]
+        router_probe.set_state(sock, "vllm", "spark02", "drain")
+        assert router_probe.servers(sock, "vllm")["spark02"]["status"] == "DRAIN"
+        assert {_complete(variables, p) for p in prompts} == {"spark01"}
+        router_probe.set_state(sock, "vllm", "spark02", "ready")
+        router_probe.wait_status(sock, "vllm", "spark02", ("UP",), timeout=10)
+        assert {_complete(variables, p) for p in prompts} == {"spark01", "spark02"}
+        with pytest.raises(router_probe.RouterError, match="No such server"):
+            router_probe.set_state(sock, "vllm", "spark03", "drain")
+
+
+def test_drain_waits_for_the_request_in_flight(tmp_path, stand_ins):
+    with haproxy(tmp_path, _backends(stand_ins), router_prefix_bytes=0) as variables:
+        sock = variables["router_admin_socket"]
+        for server in stand_ins:
+            server.delay = 1.5
+        answered = []
+        threads = [threading.Thread(target=lambda: answered.append(_complete(variables, "slow"))) for _ in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)  # both requests are in flight, one on each Spark (least connections)
+        busy = router_probe.servers(sock, "vllm")
+        assert sum(s["sessions"] for s in busy.values()) == 2
+        router_probe.set_state(sock, "vllm", "spark02", "drain")
+        idle = router_probe.wait_idle(sock, "vllm", "spark02", timeout=10)
+        assert idle["sessions"] == 0
+        for t in threads:
+            t.join()
+        assert sorted(answered) == ["spark01", "spark02"]  # the drained Spark finished its request
+
+
+def test_the_module_changes_only_what_differs_and_names_an_unknown_spark(tmp_path, stand_ins, capsys):
+    from ansible.module_utils.testing import patch_module_args
+
+    with haproxy(tmp_path, _backends(stand_ins)) as variables:
+        sock = variables["router_admin_socket"]
+
+        def run(check_mode=False, **params):
+            args = {"socket": sock, "backend": "vllm", "timeout": 10, "_ansible_check_mode": check_mode, **params}
+            with patch_module_args(args), pytest.raises(SystemExit):
+                kvtier_router_backend.main()
+            return json.loads(capsys.readouterr().out)
+
+        assert run(check_mode=True, server="spark02", state="drain")["changed"] is True
+        assert router_probe.servers(sock, "vllm")["spark02"]["status"] == "UP"  # check mode changed nothing
+        assert run(server="spark02", state="drain")["changed"] is True
+        assert run(server="spark02", state="drain")["changed"] is False
+        assert run(server="spark02")["server"]["status"] == "DRAIN"  # read only: healthy and drained
+        assert run(server="spark02", state="ready")["changed"] is True
+        failed = run(server="spark09", state="drain")
+        assert failed["failed"] and "has no server spark09 (it has spark01, spark02)" in failed["msg"]
+
+
+def test_the_statistics_page_shows_each_spark(tmp_path, stand_ins):
+    with haproxy(tmp_path, _backends(stand_ins)) as variables:
+        url = f"http://127.0.0.1:{variables['router_stats_port']}/stats"
+        assert router_probe.stats_over_http(url, "vllm") == {"spark01": "UP", "spark02": "UP"}
