@@ -39,6 +39,9 @@ def strategy_env() -> dict:
         # Every lab host is new (its inventory already tells ssh not to pin host keys); Mitogen decides host-key
         # checking from this setting rather than from the inventory's ssh arguments.
         "ANSIBLE_HOST_KEY_CHECKING": "False",
+        # Mitogen starts its interpreter within the connection timeout: in a TCG guest on a busy host that took
+        # over 10 s (Ansible's default), and the run failed with "Connection timed out".
+        "ANSIBLE_TIMEOUT": "120",
     }
 
 
