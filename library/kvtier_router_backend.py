@@ -21,6 +21,12 @@ options:
     type: str
     choices: [ready, drain, maint]
   wait: {description: Wait until the state took effect (see above)., type: bool, default: true}
+  keep_one_up:
+    description:
+      - Refuse to drain (or put in maintenance) the server when no other server of the backend is UP and ready:
+        the router would have nowhere to send a request.
+    type: bool
+    default: true
   timeout: {description: Seconds to wait., type: float, default: 300}
 """
 
@@ -53,6 +59,7 @@ def main():
             "state": {"type": "str", "choices": ["ready", "drain", "maint"]},
             "wait": {"type": "bool", "default": True},
             "timeout": {"type": "float", "default": 300},
+            "keep_one_up": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
@@ -66,6 +73,14 @@ def main():
             )
         before = every[p["server"]]
         changed = p["state"] is not None and admin_state(before["status"]) != p["state"]
+        others_up = sorted(name for name, s in every.items() if name != p["server"] and s["status"] == "UP")
+        if changed and p["state"] in ("drain", "maint") and p["keep_one_up"] and not others_up:
+            module.fail_json(
+                msg=f"taking {p['server']} out would leave no Spark in rotation at the router (the others: "
+                + (", ".join(f"{n} {s['status']}" for n, s in sorted(every.items()) if n != p["server"]) or "none")
+                + "): bring another Spark back first",
+                backend_servers=every,
+            )
         if changed and not module.check_mode:
             set_state(p["socket"], p["backend"], p["server"], p["state"])
         after = before

@@ -274,3 +274,21 @@ def test_the_statistics_page_shows_each_spark(tmp_path, stand_ins):
     with haproxy(tmp_path, _backends(stand_ins)) as variables:
         url = f"http://127.0.0.1:{variables['router_stats_port']}/stats"
         assert router_probe.stats_over_http(url, "vllm") == {"spark01": "UP", "spark02": "UP"}
+
+
+def test_the_module_refuses_to_drain_the_last_spark_in_rotation(tmp_path, stand_ins, capsys):
+    from ansible.module_utils.testing import patch_module_args
+
+    with haproxy(tmp_path, _backends(stand_ins)) as variables:
+        sock = variables["router_admin_socket"]
+        router_probe.set_state(sock, "vllm", "spark01", "drain")
+        args = {"socket": sock, "backend": "vllm", "server": "spark02", "state": "drain", "timeout": 10}
+        with patch_module_args(args), pytest.raises(SystemExit):
+            kvtier_router_backend.main()
+        result = json.loads(capsys.readouterr().out)
+        assert (
+            result["failed"]
+            and "would leave no Spark in rotation" in result["msg"]
+            and "spark01 DRAIN" in result["msg"]
+        )
+        assert router_probe.servers(sock, "vllm")["spark02"]["status"] == "UP"  # nothing changed
