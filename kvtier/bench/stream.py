@@ -14,15 +14,38 @@ import time
 from kvtier.probes import warmup as warmup_probe
 
 
-class ClientStream:
+class Background:
+    """step() every `interval` seconds in a daemon thread, for the duration of a `with` block."""
+
+    def __init__(self, interval: float, join_timeout: float):
+        self.interval, self.join_timeout = interval, join_timeout
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True, name=type(self).__name__)
+
+    def step(self) -> None:
+        raise NotImplementedError
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self.step()
+            self._stop.wait(self.interval)
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(self.join_timeout)
+
+
+class ClientStream(Background):
     def __init__(self, base_url: str, model: str, prompts: list, interval: float = 0.5, timeout: float = 120.0):
         if not prompts:
             raise ValueError("a client stream needs at least one prompt")
-        self.base_url, self.model, self.prompts = base_url, model, list(prompts)
-        self.interval, self.timeout = interval, timeout
-        self.results: list = []  # {"at": epoch seconds, "status", "ttft", "seconds", "cached_tokens", "error"}
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="kvtier-client-stream")
+        super().__init__(interval, timeout + 5)
+        self.base_url, self.model, self.prompts, self.timeout = base_url, model, list(prompts), timeout
+        self.results: list = []  # {"at": epoch seconds, "ok", "status", "ttft", "seconds", "cached_tokens", "error"}
 
     def send(self, prompt: str) -> dict:
         reply = warmup_probe.stream_complete(self.base_url, self.model, prompt, self.timeout)
@@ -32,20 +55,8 @@ class ClientStream:
         """Each prompt once, in the caller's thread (before the stream starts): the set is in the cache after."""
         return [self.send(p) for p in self.prompts]
 
-    def _run(self) -> None:
-        index = 0
-        while not self._stop.is_set():
-            self.results.append(self.send(self.prompts[index % len(self.prompts)]))
-            index += 1
-            self._stop.wait(self.interval)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(self.timeout + 5)
+    def step(self) -> None:
+        self.results.append(self.send(self.prompts[len(self.results) % len(self.prompts)]))
 
     def summary(self) -> dict:
         return summarize(self.results)

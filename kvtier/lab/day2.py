@@ -13,12 +13,11 @@ from __future__ import annotations
 import contextlib
 import pathlib
 import secrets
-import threading
 import time
 
 import yaml
 
-from kvtier.bench.stream import ClientStream
+from kvtier.bench.stream import Background, ClientStream
 from kvtier.lab.runner import run_playbook
 from kvtier.lab.stages import StageFailed
 from kvtier.probes import router as router_probe
@@ -32,36 +31,25 @@ CLIENT_WORDS = 300
 CLIENT_INTERVAL = 2.0
 
 
-class RouterWatch:
+class RouterWatch(Background):
     """Polls the router's statistics page: every status each server had, with when it started."""
 
     def __init__(self, stats_url: str, backend: str, interval: float = 0.5):
-        self.stats_url, self.backend, self.interval = stats_url, backend, interval
+        super().__init__(interval, join_timeout=10)
+        self.stats_url, self.backend = stats_url, backend
         self.history: dict = {}  # server -> [(epoch seconds, status)]
         self.errors = 0
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True, name="kvtier-router-watch")
 
-    def _run(self) -> None:
-        while not self._stop.is_set():
-            try:
-                now, states = time.time(), router_probe.stats_over_http(self.stats_url, self.backend)
-            except (OSError, router_probe.RouterError):
-                self.errors += 1
-            else:
-                for server, status in states.items():
-                    seen = self.history.setdefault(server, [])
-                    if not seen or seen[-1][1] != status:
-                        seen.append((now, status))
-            self._stop.wait(self.interval)
-
-    def __enter__(self):
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc):
-        self._stop.set()
-        self._thread.join(10)
+    def step(self) -> None:
+        try:
+            now, states = time.time(), router_probe.stats_over_http(self.stats_url, self.backend)
+        except (OSError, router_probe.RouterError):
+            self.errors += 1
+            return
+        for server, status in states.items():
+            seen = self.history.setdefault(server, [])
+            if not seen or seen[-1][1] != status:
+                seen.append((now, status))
 
     def out_of_rotation(self) -> dict:
         """{server: seconds not UP} over the watch (drained, in maintenance or failing its checks)."""

@@ -21,10 +21,10 @@ import kvtier_router_backend
 import pytest
 import yaml
 
-from kvtier.bench.stream import summarize
+from kvtier.bench.stream import ClientStream, summarize
 from kvtier.cluster import RenderError, load_spec
 from kvtier.cluster.render import router_backends
-from kvtier.lab.day2 import out_of_rotation
+from kvtier.lab.day2 import RouterWatch, out_of_rotation
 from kvtier.probes import router as router_probe
 from tests.unit._cluster_data import spec_dict
 
@@ -121,7 +121,14 @@ class _StandIn(http.server.ThreadingHTTPServer):
                 body = json.loads(handler.rfile.read(int(handler.headers["Content-Length"])))
                 self.seen.append(body["prompt"])
                 time.sleep(self.delay)
-                handler._answer(name.encode())
+                if not body.get("stream"):
+                    handler._answer(name.encode())
+                    return
+                usage = {"prompt_tokens": 8, "prompt_tokens_details": {"cached_tokens": 4}}
+                events = [{"choices": [{"text": name}]}, {"choices": [], "usage": usage}]
+                handler._answer(
+                    b"".join(b"data: " + json.dumps(e).encode() + b"\n\n" for e in events) + b"data: [DONE]\n\n"
+                )
 
             def log_message(handler, *args):
                 pass
@@ -292,3 +299,22 @@ def test_the_module_refuses_to_drain_the_last_spark_in_rotation(tmp_path, stand_
             and "spark01 DRAIN" in result["msg"]
         )
         assert router_probe.servers(sock, "vllm")["spark02"]["status"] == "UP"  # nothing changed
+
+
+def test_a_client_stream_sees_no_failure_while_a_spark_is_drained_and_the_watch_times_it(tmp_path, stand_ins):
+    with haproxy(tmp_path, _backends(stand_ins)) as variables:
+        sock = variables["router_admin_socket"]
+        url = f"http://127.0.0.1:{variables['router_port']}"
+        stats = f"http://127.0.0.1:{variables['router_stats_port']}/stats"
+        stream = ClientStream(url, "m", [f"prompt {n}" for n in range(4)], interval=0.05, timeout=10)
+        with RouterWatch(stats, "vllm", interval=0.1) as watch, stream:
+            time.sleep(0.5)
+            router_probe.set_state(sock, "vllm", "spark02", "drain")
+            time.sleep(1.0)
+            router_probe.set_state(sock, "vllm", "spark02", "ready")
+            time.sleep(0.5)
+        summary = stream.summary()
+        assert summary["requests"] > 10 and summary["failed"] == 0 and summary["ttft_p50"] is not None
+        away = watch.out_of_rotation()
+        assert 0.5 < away["spark02"] < 2.5 and away["spark01"] == 0.0
+        assert [status for _, status in watch.history["spark02"]] == ["UP", "DRAIN", "UP"]
