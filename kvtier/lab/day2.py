@@ -2,7 +2,7 @@
 
   rolling restart   playbooks/persistence_check.yml (a warmed set, every Spark restarted one at a time behind the
                     router by rolling_restart.yml, the set replayed from the persistent tiers);
-  spec change       a change to kvtier_cluster applied by spark.yml (site.yml's Spark part), one Spark at a time;
+  spec change       a change to kvtier_cluster applied by site.yml, one Spark at a time;
   L2 repair         playbooks/repair_lmcache.yml after the storage node's reboot.
 Meanwhile a client sends requests through the router and a watcher reads the router's statistics page: every
 request must succeed, and each Spark's time out of rotation is measured from the router's own view.
