@@ -431,18 +431,31 @@ def _hit_checks(host, probe):
 
 
 def _held(summary):
-    # p2p holds nothing of its own: it reads the peers' DRAM.
-    return {name: v.get("usage_bytes", 0) for name, v in ((summary or {}).get("l2") or {}).items() if name != "p2p"}
+    """{adapter: (bytes it holds, stores it completed)}; p2p holds nothing of its own (it reads the peers' DRAM)."""
+    adapters = ((summary or {}).get("l2") or {}).items()
+    return {name: (v.get("usage_bytes", 0), v.get("stores", 0)) for name, v in adapters if name != "p2p"}
+
+
+def _missing_bytes(held, name):
+    """Bytes the adapter `name` lacks for the stores it completed, at the busiest adapter's bytes per store."""
+    busiest_bytes, busiest_stores = max(held.values())
+    if not busiest_stores:
+        return 0, 0
+    have, stores = held.get(name, (0, 0))
+    expected = stores * busiest_bytes / busiest_stores
+    return expected - have, expected
 
 
 def store_gap_checks(host, summary, expect, later=None):
-    """A lower tier that holds less than the others: its stores fail while requests succeed (a black hole).
+    """A lower tier whose stores fail while requests succeed (a black hole).
 
-    `summary`, `later`: `lmcache_summary` read twice, a second apart. LMCache stores every chunk to each of its
-    store adapters, and counts a failed store as completed too (measured with lmcache 0.5.6: after the L2 server
-    restarted, resp kept "completing" stores while the bytes it holds stood still). The bytes each adapter holds
-    tell: a working adapter holds what the busiest holds, give or take stores in flight, which land within a
-    second; one that is more than STORE_GAP_FRACTION behind and does not catch up is failing.
+    `summary`, `later`: `lmcache_summary` read twice, a second apart. LMCache counts a failed store as completed
+    (measured with lmcache 0.5.6: after the L2 server restarted, resp kept "completing" stores while the bytes it
+    holds stood still), so a failing adapter holds fewer bytes than its completed stores need: every store of a
+    chunk is the same size on every adapter (the busiest adapter gives bytes per store). An adapter that completes
+    fewer stores is not failing: it skips chunks it already has (a shared L3 directory holds what another Spark
+    wrote; L2 may have been emptied and refilled meanwhile). One more than STORE_GAP_FRACTION short that does not
+    catch up is failing.
     """
     now, after = _held(summary), _held(later if later is not None else summary)
     wanted = {tier: name for tier, name in (expect.get("adapters") or {}).items() if tier != "l1_p2p"}
@@ -450,18 +463,19 @@ def store_gap_checks(host, summary, expect, later=None):
         return []
     out = []
     for tier, name in sorted(wanted.items()):
-        gap, gap_later = max(now.values()) - now.get(name, 0), max(after.values()) - after.get(name, 0)
-        if gap > STORE_GAP_FRACTION * max(now.values()) and gap_later >= gap:
-            stores = (((later or summary).get("l2") or {}).get(name) or {}).get("stores", 0)
+        (gap, expected), (gap_later, _) = _missing_bytes(now, name), _missing_bytes(after, name)
+        if gap > STORE_GAP_FRACTION * expected and gap_later >= gap:
+            have, stores = after.get(name, (0, 0))
+            busiest_bytes, busiest_stores = max(after.values())
             out.append(
                 check(
                     host,
                     tier,
                     ERR,
                     f"{tier.upper()}_STORES_FAILING",
-                    f"LMCache's {name} adapter holds {after.get(name, 0)} bytes after {stores} stores, the busiest "
-                    f"adapter {max(after.values())}, and it is not catching up: its stores fail, while requests "
-                    "still succeed",
+                    f"LMCache's {name} adapter holds {have} bytes after {stores} stores, where the busiest adapter "
+                    f"holds {busiest_bytes} after {busiest_stores}, and it is not catching up: its stores fail, "
+                    "while requests still succeed",
                     "fix the tier (see its own checks), then restart this node's LMCache server "
                     "(playbooks/repair_lmcache.yml): its adapter does not reconnect by itself",
                 )

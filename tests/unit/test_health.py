@@ -83,8 +83,9 @@ def test_p2p(status, code):
 
 
 def test_an_adapter_whose_stores_fail_is_named():
-    def summary(fs, resp, stores):
-        l2 = {"fs": {"stores": stores, "usage_bytes": fs}, "resp": {"stores": stores, "usage_bytes": resp}}
+    def summary(fs, resp, stores, fs_stores=None):
+        fs_stores = stores if fs_stores is None else fs_stores
+        l2 = {"fs": {"stores": fs_stores, "usage_bytes": fs}, "resp": {"stores": stores, "usage_bytes": resp}}
         return {"l2": {**l2, "p2p": {"stores": stores, "usage_bytes": 0}}}
 
     chunk = 3_342_336  # one lab prompt's store
@@ -98,7 +99,14 @@ def test_an_adapter_whose_stores_fail_is_named():
     broken = summary(5 * chunk, chunk, 5)
     found = h.store_gap_checks("spark01", broken, EXPECT, broken)
     assert codes(found, h.ERR) == [("spark01", "l2", "L2_STORES_FAILING")]
-    assert f"resp adapter holds {chunk} bytes after 5 stores, the busiest adapter {5 * chunk}" in found[0]["reason"]
+    assert (
+        f"resp adapter holds {chunk} bytes after 5 stores, where the busiest adapter holds {5 * chunk} after 5"
+        in (found[0]["reason"])
+    )
+    # Measured in the lab after the bench emptied L2: resp stored the chunks again, while the shared L3 directory
+    # already had them and fs skipped them (fewer stores, each of them whole): not a failure.
+    refilled = summary(23 * chunk, 26 * chunk, 26, fs_stores=23)
+    assert h.store_gap_checks("spark01", refilled, EXPECT, refilled) == []
 
 
 def test_l2_as_lmcache_sees_it(redis_server):  # noqa: F811
