@@ -22,6 +22,7 @@ help:
 	@echo "make lab   - provision the local lab with playbooks/site.yml and show the tiers working"
 	@echo "make test  - everything CI runs: lint, unit tests, the role scenarios (kv_store, storage VMs), then the lab cluster's stages"
 	@echo "make test-lab - the lab cluster's stages alone (kvtier lab test): site.yml twice, tier proof, idle CPU, lab down"
+	@echo "               (kvtier lab test --day2 adds the rolling restart, persistence check and spec change under a client stream)"
 	@echo "make test-vm - the QEMU/TCG VM scenario: nvme_raid_safety (the storage safety gates)"
 	@echo "make resolve-spark - resolve the GPU packages for a DGX Spark (aarch64, CPython 3.12) and check every requirement"
 	@echo "make lint | unit | molecule SCENARIO=name | molecule MOLECULE_SCENARIOS='a b'  - narrower targets"
