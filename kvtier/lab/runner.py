@@ -1,11 +1,7 @@
 """Run a playbook through ansible-runner and print one readable line per task result.
 
-The lab runs its playbooks with Mitogen's linear strategy (the `mitogen` package, in requirements.lock): the same
-plays, tasks and modules, but each host keeps one Python interpreter for the whole run instead of starting one
-per task. On the lab's storage node, a QEMU/TCG guest, starting Python and compiling Ansible's module code takes
-8-9 s per task (a no-op `ping`: 9.0 s, measured); with Mitogen a simple task takes under a second there.
-KVTIER_LAB_MITOGEN=0 runs stock Ansible's strategy, as real clusters get by default; the role scenarios (molecule)
-always run stock Ansible.
+The lab runs its playbooks with Mitogen's linear strategy (see kvtier/lab/strategy.py); KVTIER_LAB_MITOGEN=0 runs
+stock Ansible's, as real clusters get by default.
 """
 
 from __future__ import annotations
@@ -17,32 +13,14 @@ import time
 
 import ansible_runner
 
+from kvtier.lab.strategy import strategy_env
+
 _STATUS = {
     "runner_on_ok": "ok",
     "runner_on_failed": "FAILED",
     "runner_on_unreachable": "UNREACHABLE",
     "runner_on_skipped": None,  # skipped tasks are noise in a progress view
 }
-
-
-def strategy_env() -> dict:
-    """The environment that selects Mitogen's strategy for a lab run ({} where it is off or not installed)."""
-    if os.environ.get("KVTIER_LAB_MITOGEN", "1") == "0":
-        return {}
-    try:
-        import ansible_mitogen
-    except ImportError:
-        return {}
-    return {
-        "ANSIBLE_STRATEGY_PLUGINS": str(pathlib.Path(ansible_mitogen.__file__).parent / "plugins" / "strategy"),
-        "ANSIBLE_STRATEGY": "mitogen_linear",
-        # Every lab host is new (its inventory already tells ssh not to pin host keys); Mitogen decides host-key
-        # checking from this setting rather than from the inventory's ssh arguments.
-        "ANSIBLE_HOST_KEY_CHECKING": "False",
-        # Mitogen starts its interpreter within the connection timeout: in a TCG guest on a busy host that took
-        # over 10 s (Ansible's default), and the run failed with "Connection timed out".
-        "ANSIBLE_TIMEOUT": "120",
-    }
 
 
 class _Progress:

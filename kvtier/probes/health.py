@@ -453,12 +453,16 @@ def store_gap_checks(host, summary, expect, later=None):
     (measured with lmcache 0.5.6: after the L2 server restarted, resp kept "completing" stores while the bytes it
     holds stood still), so a failing adapter holds fewer bytes than its completed stores need: every store of a
     chunk is the same size on every adapter (the busiest adapter gives bytes per store). An adapter that completes
-    fewer stores is not failing: it skips chunks it already has (a shared L3 directory holds what another Spark
-    wrote; L2 may have been emptied and refilled meanwhile). One more than STORE_GAP_FRACTION short that does not
-    catch up is failing.
+    fewer stores is not failing: it skips chunks it already has (L2 may have been emptied and refilled meanwhile).
+    One more than STORE_GAP_FRACTION short that does not catch up is failing.
+
+    Only L2 is judged this way. The L3 pool is one directory shared by every Spark, and LMCache's fs adapter
+    completes a store request without writing the chunks another Spark already wrote: on a healthy lab it held
+    84-93 % of resp's bytes over the same 17-21 store requests. An L3 that cannot be written is named by its own
+    checks (L3_DIR_MISSING, L3_READ_ONLY, L3_NOT_MOUNTED).
     """
     now, after = _held(summary), _held(later if later is not None else summary)
-    wanted = {tier: name for tier, name in (expect.get("adapters") or {}).items() if tier != "l1_p2p"}
+    wanted = {tier: name for tier, name in (expect.get("adapters") or {}).items() if tier == "l2"}
     if not now or not wanted or len(now) < 2:
         return []
     out = []

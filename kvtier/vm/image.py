@@ -51,6 +51,10 @@ PACKAGES = (
     "kmod",
     "fio",
     "haproxy",  # the router role's front door on the storage node (the lab's router runs there)
+    # The lab's L2 server (kv_store picks Redis on Debian 12). The role installs it on a real host; here a
+    # download and unpack under TCG cost ~70 s of every lab run (kv_store_valkey tests the install itself).
+    "redis-server",
+    "redis-tools",
     "less",
     "pciutils",
     "util-linux",

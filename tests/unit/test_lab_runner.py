@@ -1,10 +1,12 @@
 """The lab's playbook runner: counts changes, reports failures, and in check mode changes nothing."""
 
 import pathlib
+import subprocess
 import sys
 import textwrap
 
-from kvtier.lab.runner import run_playbook, strategy_env
+from kvtier.lab.runner import run_playbook
+from kvtier.lab.strategy import strategy_env
 
 
 def make_project(tmp_path, tasks: str):
@@ -98,3 +100,19 @@ def test_the_lab_runs_mitogens_strategy_unless_told_not_to(monkeypatch):
     assert (pathlib.Path(env["ANSIBLE_STRATEGY_PLUGINS"]) / "mitogen_linear.py").is_file()
     monkeypatch.setenv("KVTIER_LAB_MITOGEN", "0")
     assert strategy_env() == {}
+
+
+def test_the_strategy_environment_prints_as_shell_exports(monkeypatch):
+    monkeypatch.delenv("KVTIER_LAB_MITOGEN", raising=False)
+    printed = subprocess.run(
+        [sys.executable, "-m", "kvtier.lab.strategy"], check=True, capture_output=True, text=True
+    ).stdout
+    shell = subprocess.run(
+        ["bash", "-c", printed + 'echo "$ANSIBLE_STRATEGY $ANSIBLE_TIMEOUT"'],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    assert shell.stdout.split() == ["mitogen_linear", "120"]
+    monkeypatch.setenv("KVTIER_LAB_MITOGEN", "0")
+    assert subprocess.run([sys.executable, "-m", "kvtier.lab.strategy"], capture_output=True, text=True).stdout == ""
