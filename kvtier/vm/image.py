@@ -78,6 +78,9 @@ printf 'nameserver 10.0.2.3\n' > "$R/etc/resolv.conf"
 mkdir -p "$R/etc/systemd/network"
 printf '[Match]\nName=ens3\n[Network]\nDHCP=ipv4\n[DHCPv4]\nUseDomains=no\n' > "$R/etc/systemd/network/50-dhcp.network"
 chroot "$R" systemctl enable systemd-networkd ssh
+# Servers the roles configure and enable themselves: not started at every boot of every test VM (under TCG each
+# one costs boot time, and a server running with its packaged defaults is not what a test host should have).
+chroot "$R" systemctl disable redis-server haproxy
 # Root logs in by key only.
 printf 'PermitRootLogin prohibit-password\nPasswordAuthentication no\nUseDNS no\n' \
   > "$R/etc/ssh/sshd_config.d/kvtier.conf"
