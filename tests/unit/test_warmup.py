@@ -71,7 +71,7 @@ def _reply(prompt_tokens, cached, ttft=0.1, status=200, error=""):
 
 def test_wait_stored_needs_every_adapter_to_store_and_grow():
     before = _counters(resp=(1, 100), fs=(1, 100))
-    readings = iter([_counters(resp=(3, 300), fs=(3, 100)), _counters(resp=(3, 300), fs=(3, 300))])
+    readings = iter([_counters(resp=(3, 100), fs=(3, 300)), _counters(resp=(3, 300), fs=(3, 300))])
     stored = probe.wait_stored(lambda: next(readings), before, ["resp", "fs"], expected=2, timeout=5)
     assert stored["late"] == []
     assert stored["adapters"] == {"resp": {"stores": 2, "bytes": 200}, "fs": {"stores": 2, "bytes": 200}}
@@ -82,6 +82,17 @@ def test_wait_stored_names_an_adapter_that_counts_stores_but_holds_nothing():
     before = _counters(resp=(1, 100), fs=(1, 100))
     stored = probe.wait_stored(lambda: _counters(resp=(2, 100), fs=(2, 900)), before, ["resp", "fs"], 1, timeout=0)
     assert stored["late"] == ["resp"]
+
+
+def test_wait_stored_accepts_a_shared_l3_that_already_had_the_chunks():
+    # Measured in the lab: two Sparks warmed the same corpus at once; the second one's fs adapter completed its
+    # stores without writing what the first one had written to the shared L3 directory.
+    before = _counters(resp=(1, 100), fs=(1, 100))
+    stored = probe.wait_stored(lambda: _counters(resp=(4, 400), fs=(4, 100)), before, ["resp", "fs"], 3, timeout=0)
+    assert stored["late"] == []
+    # Its stores must still complete.
+    stored = probe.wait_stored(lambda: _counters(resp=(4, 400), fs=(2, 100)), before, ["resp", "fs"], 3, timeout=0)
+    assert stored["late"] == ["fs"]
 
 
 def test_report_counts_new_entries_and_replay_hits():
