@@ -46,10 +46,12 @@ class _Progress:
                 status = "failed (ignored)"
             self.out(f"    {status:<9} {data.get('host', ''):<18} {data.get('task', '')}")
             # Playbooks end with "Report ..." tasks whose messages are the point of the run: show them.
-            if status == "ok" and data.get("task", "").startswith("Report") and result.get("msg"):
-                lines = result["msg"] if isinstance(result["msg"], list) else [result["msg"]]
-                for line in lines:
-                    self.out(f"              {line}")
+            if status == "ok" and data.get("task", "").startswith("Report"):
+                # A looped report's own msg is "All items completed": its lines are the items' messages.
+                messages = [r.get("msg") for r in result.get("results", [])] or [result.get("msg")]
+                for msg in filter(None, messages):
+                    for line in msg if isinstance(msg, list) else [msg]:
+                        self.out(f"              {line}")
             if status in ("FAILED", "UNREACHABLE"):
                 msg = result.get("msg") or result.get("stderr") or ""
                 self.failures.append(f"{data.get('host')}: {data.get('task')}: {msg}")

@@ -116,3 +116,25 @@ def test_the_strategy_environment_prints_as_shell_exports(monkeypatch):
     assert shell.stdout.split() == ["mitogen_linear", "120"]
     monkeypatch.setenv("KVTIER_LAB_MITOGEN", "0")
     assert subprocess.run([sys.executable, "-m", "kvtier.lab.strategy"], capture_output=True, text=True).stdout == ""
+
+
+def test_a_report_shows_its_lines_also_when_it_loops(tmp_path):
+    inventory = make_project(
+        tmp_path,
+        """\
+        - name: Report one
+          ansible.builtin.debug:
+            msg: [first line, second line]
+        - name: Report each
+          ansible.builtin.debug:
+            msg: "{{ item }} hit in full"
+          loop: [spark01, spark02]
+        """,
+    )
+    lines = []
+    assert run_playbook(tmp_path, "site.yml", inventory, out=lines.append)[0]
+    shown = [line.strip() for line in lines]
+    assert ["first line", "second line", "spark01 hit in full", "spark02 hit in full"] == [
+        line for line in shown if line.endswith(("line", "in full"))
+    ]
+    assert "All items completed" not in shown
