@@ -47,7 +47,14 @@ backend_servers: {description: Every server of the backend after the change., re
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.kvtier_router import RouterError, admin_state, servers, set_state, wait_idle, wait_status
+from ansible.module_utils.kvtier_router import (
+    RouterError,
+    server_admin_state,
+    servers,
+    set_state,
+    wait_idle,
+    wait_status,
+)
 
 
 def main():
@@ -72,7 +79,7 @@ def main():
                 f"(it has {', '.join(sorted(every))}): run site.yml (the router role) after adding a Spark"
             )
         before = every[p["server"]]
-        changed = p["state"] is not None and admin_state(before["status"]) != p["state"]
+        changed = p["state"] is not None and server_admin_state(p["socket"], p["backend"], p["server"]) != p["state"]
         others_up = sorted(name for name, s in every.items() if name != p["server"] and s["status"] == "UP")
         if changed and p["state"] in ("drain", "maint") and p["keep_one_up"] and not others_up:
             module.fail_json(

@@ -83,6 +83,26 @@ def admin_state(status: str) -> str:
     return "ready"  # "no check" and transitional states belong to a server that takes requests
 
 
+# srv_admin_state bits of `show servers state`: forced, inherited, configured, resolution and hostname maintenance;
+# forced and inherited drain.
+_MAINT_FLAGS, _DRAIN_FLAGS = 0x01 | 0x02 | 0x04 | 0x20 | 0x40, 0x08 | 0x10
+
+
+def server_admin_state(path: str, backend: str, server: str) -> str:
+    """The admin state set on the server (ready, drain or maint), whatever its health: a drained server whose
+    checks fail shows DOWN in `show stat`, the same as a ready one that is down."""
+    lines = command(path, f"show servers state {backend}").splitlines()
+    header = next((line[2:].split() for line in lines if line.startswith("# be_id")), None)
+    for line in lines:
+        fields = line.split()
+        if header and len(fields) >= len(header) and not line.startswith("#"):
+            row = dict(zip(header, fields, strict=False))
+            if row["srv_name"] == server:
+                flags = int(row["srv_admin_state"])
+                return "maint" if flags & _MAINT_FLAGS else "drain" if flags & _DRAIN_FLAGS else "ready"
+    raise RouterError(f"HAProxy's server state has no {backend}/{server}")
+
+
 def set_state(path: str, backend: str, server: str, state: str) -> None:
     if state not in STATES:
         raise RouterError(f"state {state!r} is not one of {', '.join(STATES)}")

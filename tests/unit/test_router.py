@@ -235,6 +235,23 @@ def test_a_drained_spark_gets_no_request_and_comes_back(tmp_path, stand_ins):
             router_probe.set_state(sock, "vllm", "spark03", "drain")
 
 
+def test_a_drained_spark_that_went_down_is_still_drained(tmp_path, stand_ins):
+    # Found in the lab: a Spark drained and restarted shows DOWN until its checks pass, the same as a ready Spark
+    # that is down; reading the admin state from that status skipped the "ready" and left it drained for good.
+    with haproxy(tmp_path, _backends(stand_ins)) as variables:
+        sock = variables["router_admin_socket"]
+        router_probe.set_state(sock, "vllm", "spark02", "drain")
+        stand_ins[1].shutdown()
+        stand_ins[1].server_close()
+        router_probe.wait_status(sock, "vllm", "spark02", ("DOWN",), timeout=30)
+        assert router_probe.server_admin_state(sock, "vllm", "spark02") == "drain"
+        assert router_probe.server_admin_state(sock, "vllm", "spark01") == "ready"
+        router_probe.set_state(sock, "vllm", "spark02", "ready")
+        assert router_probe.server_admin_state(sock, "vllm", "spark02") == "ready"
+        router_probe.set_state(sock, "vllm", "spark01", "maint")
+        assert router_probe.server_admin_state(sock, "vllm", "spark01") == "maint"
+
+
 def test_drain_waits_for_the_request_in_flight(tmp_path, stand_ins):
     with haproxy(tmp_path, _backends(stand_ins), router_prefix_bytes=0) as variables:
         sock = variables["router_admin_socket"]
