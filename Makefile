@@ -7,9 +7,9 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 # Role scenarios: container ones (podman), then VM ones (QEMU/TCG), one at a time: on two cores, parallel
-# TCG guests and vLLM starts starve each other. Scenarios run stock Ansible, except MITOGEN_SCENARIOS, which run
-# Mitogen's strategy as the lab does (kvtier/lab/strategy.py: stock Ansible pays ~9 s of guest CPU per task on a
-# TCG guest; KVTIER_LAB_MITOGEN=0 turns it off). `molecule test` by hand runs stock Ansible. Then the one serving cluster of the suite, the lab
+# TCG guests and vLLM starts starve each other. Scenarios run stock Ansible, except MITOGEN_SCENARIOS (below),
+# which run Mitogen's strategy as the lab does (kvtier/lab/strategy.py; KVTIER_LAB_MITOGEN=0 turns it off);
+# `molecule test` by hand runs stock Ansible. Then the one serving cluster of the suite, the lab
 # (`kvtier lab test`): site.yml, site.yml again with nothing changed, the tier proof and every other check
 # that needs a serving cluster, each a named stage, then `lab down`.
 CONTAINER_SCENARIOS ?= kv_store_valkey kv_store_invalid

@@ -2,8 +2,9 @@
 
 Stock Ansible starts a Python interpreter and unpacks the module's code for every task; on a TCG guest that is
 8-9 s of guest CPU (a no-op `ping`: 9.0 s, measured). Mitogen's linear strategy runs the same plays, tasks and
-modules through one interpreter per host for the whole run: a simple task then takes under a second. The lab and
-the VM role scenarios use it; the container scenarios and real clusters run stock Ansible.
+modules through one interpreter per host for the whole run: a simple task then takes under a second, but its
+start costs ~30 s per playbook in a TCG guest. The lab and `make test`'s MITOGEN_SCENARIOS use it; the other
+role scenarios and real clusters run stock Ansible.
 
 `python -m kvtier.lab.strategy` prints the environment as shell exports (for `make molecule`).
 """

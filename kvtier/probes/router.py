@@ -17,7 +17,6 @@ import urllib.request
 # What a client sees of a server: "UP" takes new requests; "DRAIN" finishes what it has and takes none;
 # "MAINT" is out; "DOWN" failed its health checks. HAProxy may add " 1/2" while a check is going up or down.
 STATES = ("ready", "drain", "maint")
-_STATUS_FOR = {"ready": ("UP", "DOWN", "NOLB"), "drain": ("DRAIN",), "maint": ("MAINT",)}
 
 
 class RouterError(Exception):
@@ -73,14 +72,6 @@ def servers(path: str, backend: str) -> dict:
         names = sorted({r["pxname"] for r in rows})
         raise RouterError(f"HAProxy has no backend {backend!r} with servers (it has {', '.join(names) or 'none'})")
     return found
-
-
-def admin_state(status: str) -> str:
-    """The admin state a server's status shows: ready, drain or maint."""
-    for state, statuses in _STATUS_FOR.items():
-        if status in statuses:
-            return state
-    return "ready"  # "no check" and transitional states belong to a server that takes requests
 
 
 # srv_admin_state bits of `show servers state`: forced, inherited, configured, resolution and hostname maintenance;

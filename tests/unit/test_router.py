@@ -66,13 +66,6 @@ def test_parse_stat_reads_haproxy_csv():
         router_probe.parse_stat("Unknown command\n")
 
 
-@pytest.mark.parametrize(
-    ("status", "state"), [("UP", "ready"), ("DOWN", "ready"), ("DRAIN", "drain"), ("MAINT", "maint"), ("no", "ready")]
-)
-def test_admin_state_of_a_status(status, state):
-    assert router_probe.admin_state(status) == state
-
-
 def test_out_of_rotation_counts_every_status_but_up():
     history = {"spark01": [(0.0, "UP"), (10.0, "DRAIN"), (14.0, "DOWN"), (20.0, "UP")], "spark02": [(0.0, "UP")]}
     assert out_of_rotation(history, until=30.0) == {"spark01": 10.0, "spark02": 0.0}
