@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import time
 import urllib.error
@@ -287,14 +288,19 @@ def probe_node(endpoints: dict, model: str | None = None, timeout: float = 5.0, 
     return result
 
 
-def complete(base: str, model: str, prompt: str, timeout: float = 300.0) -> dict:
+def complete(base: str, model: str, prompt: str, timeout: float = 300.0, cache_salt: str = "") -> dict:
     """One completion of one token, as a client sends it; what vLLM said and how long it took.
 
     Returns ``status`` (HTTP status, 0 when there was no answer), ``cached_tokens`` (the prompt tokens served
     from a cache: vLLM's prompt_tokens_details, needs --enable-prompt-tokens-details), ``prompt_tokens``,
     ``seconds`` (the whole request: with one output token, close to the time to first token) and ``error``.
+    A ``cache_salt`` (vLLM's request field, which LMCache puts in every object key) keeps the request's cache
+    entries apart from every other request's.
     """
-    body = json.dumps({"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0}).encode()
+    fields = {"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0}
+    if cache_salt:
+        fields["cache_salt"] = cache_salt
+    body = json.dumps(fields).encode()
     request = urllib.request.Request(
         base.rstrip("/") + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
     )
@@ -312,4 +318,63 @@ def complete(base: str, model: str, prompt: str, timeout: float = 300.0) -> dict
     except (urllib.error.URLError, OSError, ValueError) as exc:
         result["error"] = str(getattr(exc, "reason", exc))
     result["seconds"] = round(time.monotonic() - started, 3)
+    return result
+
+
+# --- a salted request's own cache entries (the canary) -------------------------------------------------------
+# LMCache (0.5.6) names an object by model, rank, object group, chunk hash and the request's cache salt: its fs
+# adapter writes one file per object, <model with "/" as "-SEP-">@0x<rank>@<group>@<hash>@<salt>.data, and its RESP
+# adapter one key, <model>@<rank>@<group>@<hash>@<salt>. Neither a model name nor a salt may contain "@".
+
+
+def salted_object_key(name: str, salt: str) -> dict | None:
+    """The object key (the wire form of LMCache's HTTP API) that an fs file name or a RESP key stands for, when it
+    carries `salt`; None for any other name."""
+    stem = name[: -len(".data")] if name.endswith(".data") else name
+    parts = stem.split("@")
+    if len(parts) != 5 or parts[4] != salt or not salt:
+        return None
+    model, rank, group, chunk_hash = parts[:4]
+    try:
+        bytes.fromhex(chunk_hash)
+        return {
+            "chunk_hash_hex": chunk_hash,
+            "model_name": model.replace("-SEP-", "/"),
+            "kv_rank": int(rank, 16),
+            "object_group_id": int(group, 16),
+            "cache_salt": salt,
+        }
+    except ValueError:
+        return None
+
+
+def l3_salted_keys(path: str, salt: str) -> list:
+    """The object keys of `salt` that LMCache's fs adapter holds in the L3 directory `path`."""
+    keys = (salted_object_key(name, salt) for name in sorted(os.listdir(path)) if name.endswith(f"@{salt}.data"))
+    return [key for key in keys if key]
+
+
+def forget(lmcache_http: str, keys: list, tier: str, adapter: str | None = None, timeout: float = 30.0) -> dict:
+    """Remove these object keys from one tier of one LMCache server (its DELETE /cache/objects): ``l1`` its DRAM,
+    ``l2`` the L2 adapter named `adapter` (a shared store: removed for every server). Raises ProbeError when
+    LMCache refused or failed."""
+    fields = {"keys": keys, "tier": tier, "force": True}
+    if adapter:
+        fields["adapter"] = adapter
+    request = urllib.request.Request(
+        lmcache_http.rstrip("/") + "/cache/objects",
+        data=json.dumps(fields).encode(),
+        headers={"Content-Type": "application/json"},
+        method="DELETE",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:  # noqa: S310 (fixed http URL)
+            result = json.load(reply)
+    except urllib.error.HTTPError as exc:
+        said = exc.read().decode("utf-8", "replace")[:200]
+        raise ProbeError(f"{request.full_url} answered HTTP {exc.code}: {said}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise ProbeError(f"{request.full_url}: {getattr(exc, 'reason', exc)}") from None
+    if not result.get("ok", True):
+        raise ProbeError(f"LMCache could not remove {len(keys)} keys from {adapter or tier}: {result.get('error')}")
     return result

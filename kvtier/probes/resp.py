@@ -148,6 +148,20 @@ def flush_all(host: str, port: int, username: str | None, password: str, timeout
     return reply.decode() if isinstance(reply, bytes) else str(reply)
 
 
+def matching_keys(
+    host: str, port: int, username: str | None, password: str, pattern: str, timeout: float = 10.0
+) -> list:
+    """Every key matching `pattern` (SCAN, never KEYS: a big store is not blocked), as a user allowed to SCAN."""
+    found, cursor = [], b"0"
+    with RespClient(host, port, timeout) as client:
+        client.auth(username, password)
+        while True:
+            cursor, keys = client.call("SCAN", cursor, "MATCH", pattern, "COUNT", 1000)
+            found += [k.decode() if isinstance(k, bytes) else k for k in keys]
+            if cursor in (b"0", "0"):
+                return sorted(set(found))
+
+
 def client_view(host: str, port: int, username: str, password: str, timeout: float = 5.0) -> dict:
     """The server as a client with these credentials sees it: {error} or {auth_error} or {ping_ms, info}."""
     facts: dict = {}

@@ -128,3 +128,14 @@ def test_client_against_real_server(redis_server):
         assert client.call("GET", "k") == big
         assert client.config_get("save") == {"save": ""}
         assert "redis_version" in client.info("server")
+
+
+def test_matching_keys_scans_every_page(redis_server):
+    with resp.RespClient("127.0.0.1", redis_server) as client:
+        client.auth("probe", "probe-password-1234567")
+        for n in range(2500):  # more than one SCAN page (COUNT 1000)
+            client.call("SET", f"tiny@00000000@0@{n:064x}@kvtier-canary-a", "v")
+        client.call("SET", f"tiny@00000000@0@{1:064x}", "unsalted")
+        client.call("SET", f"tiny@00000000@0@{1:064x}@kvtier-canary-b", "another canary")
+    keys = resp.matching_keys("127.0.0.1", redis_server, "probe", "probe-password-1234567", "*@kvtier-canary-a")
+    assert len(keys) == 2500 and all(k.endswith("@kvtier-canary-a") for k in keys)

@@ -1,0 +1,256 @@
+"""Canaries: every tier proven on a serving cluster without disturbing it (`kvtier health --canary`).
+
+The tier proof (tiers.py) empties whole tiers to show the one below; a serving cluster cannot allow that. A canary
+prompt instead carries its own cache salt (vLLM's ``cache_salt`` request field, which LMCache writes into every
+object key), so its cache entries belong to it alone: no client's request can hit them, and they can be named and
+removed one by one through LMCache's own API (``DELETE /cache/objects``). Each tier is shown by removing the
+canary's entries, and only those, from the tiers LMCache looks in first:
+
+  L0 local DRAM  the canary again: LMCache's DRAM (its "L1") hit tokens rise;
+  L2 remote      its entries removed from this Spark's DRAM: the repeat loads through the L2 adapter;
+  L3 NVMe pool   removed from DRAM and from L2 as well: the repeat loads through the ``fs`` adapter;
+  L1 peer        computed on another Spark, removed from L2 and L3 (shared): loaded through ``p2p`` from its DRAM.
+
+Every canary's entries are removed from every tier at the end, whatever happened. A canary is short (a few
+chunks) and its prompts say what they are ("kvtier canary ..."), so they are easy to tell apart in logs. Each
+result is a health check (host, tier, status, code, reason, fix): OK when the tier's LMCache counter moved and
+vLLM reported the cached tokens, ERR when the entry was where it should be and the tier did not serve it,
+UNVERIFIED when the canary could not be carried out (never a false OK).
+
+Counters are per server, not per request: on a busy cluster another request can move the same counter in the same
+second, so an OK says the tier served the canary or something else at that moment; a miss is never hidden.
+"""
+
+from __future__ import annotations
+
+import time
+
+from kvtier.probes import health as h
+from kvtier.probes import lmcache as lmcache_probe
+from kvtier.probes import resp as resp_probe
+from kvtier.proof.nodes import NodeError, source
+from kvtier.proof.tiers import TEXT, Proof, ProofError, _loads, _stores
+
+_PROBES = source(lmcache_probe, resp_probe)
+CHUNKS = 3  # full chunks per canary prompt: enough to show a load, small enough to cost nothing
+CODES = {"l0": "CANARY_L0", "l1": "CANARY_P2P", "l2": "CANARY_L2", "l3": "CANARY_L3"}
+HEALTH_TIER = {"l0": "l0", "l1": "l1_p2p", "l2": "l2", "l3": "l3"}
+FIX = {
+    "l0": "read `journalctl -u <lmcache unit>` for allocation failures (LMCache DRAM too small for a chunk?)",
+    "l2": "check the L2 checks above (auth, reachability); if LMCache's own adapter is broken while the server is "
+    "fine, run playbooks/repair_lmcache.yml",
+    "l3": "check the L3 checks above (mount, read-only, free space) and LMCache's journal for fs errors",
+    "l1": "check P2P registration and peers above; restart the peer's LMCache behind the router if it stays stale",
+}
+
+
+class CanaryError(ProofError):
+    """A canary could not be carried out (a request failed, its entries were never written)."""
+
+
+class Canary(Proof):
+    """Canaries against one cluster: `run()` returns health checks. Nothing outside the canaries' own entries is
+    touched: no flush, no clear, no restart."""
+
+    def __init__(self, target, out=print, store_timeout: float = 60):
+        super().__init__(target, out, ready_timeout=30)
+        self.store_timeout = store_timeout
+        self.planted: dict = {}  # salt -> the object keys it stored (removed from every tier at the end)
+        self._count = 0
+
+    # --- the canary's own entries -------------------------------------------------------------------------
+    def salt(self, purpose: str) -> str:
+        self._count += 1
+        return f"kvtier-canary-{self.nonce}-{self._count}-{purpose}"
+
+    def prompt(self, host: str, purpose: str) -> str:
+        # About four characters per token: CHUNKS full chunks and a little more, whatever the tokenizer.
+        text = self.t.nodes[host].run("head", "-c", str(4 * (CHUNKS + 1) * self.t.spec.lmcache.chunk_size), TEXT)
+        return f"kvtier canary {self.nonce} {purpose} on {host} (a health probe; safe to ignore): {text}"
+
+    def keys(self, host: str, salt: str, wanted: int) -> list:
+        """The canary's object keys once LMCache has stored `wanted` of them in the lowest persistent tier, read
+        from that tier: the L3 files, or L2's keys (SCAN as its admin user) where there is no L3."""
+        spec = self.t.spec
+        if spec.l3 is not None:
+            call = f"l3_salted_keys({spec.l3.path!r}, {salt!r})"
+        elif spec.l2 is not None and self.t.l2_admin_password:
+            l2 = spec.l2
+            call = (
+                f"[salted_object_key(k, {salt!r}) for k in matching_keys({l2.host!r}, {l2.port!r}, "
+                f"{self.t.l2_admin_user!r}, {self.t.l2_admin_password!r}, {'*@' + salt!r})]"
+            )
+        else:
+            raise CanaryError("the canary's entries cannot be listed: no L3, and no L2 admin password in the inventory")
+        deadline = time.monotonic() + self.store_timeout
+        while True:
+            found = [k for k in self.t.nodes[host].python(_PROBES, call, timeout=60) if k]
+            self.planted[salt] = found  # whatever happens next, these are removed at the end
+            if len(found) >= wanted:
+                return found
+            if time.monotonic() > deadline:
+                raise CanaryError(
+                    f"{host}: {len(found)} of the canary's {wanted} chunks were stored in "
+                    f"{self.t.l3_name or self.t.l2_name} within {self.store_timeout:.0f} s"
+                )
+            time.sleep(1)
+
+    def forget(self, host: str, keys: list, tier: str, adapter: str | None = None) -> None:
+        call = f"forget({self.t.lmcache_url(host)!r}, {keys!r}, {tier!r}, {adapter!r})"
+        self.t.nodes[host].python(_PROBES, call, timeout=60)
+
+    def remove_all(self) -> None:
+        """Every canary's entries out of every Spark's DRAM and out of the shared tiers (best effort, never raises:
+        an entry left behind costs a little space and is evicted like any other)."""
+        shared = [a for a in (self.t.l2_name, self.t.l3_name) if a]
+        for salt, keys in self.planted.items():
+            shared_done = not shared
+            for host in self.t.nodes:
+                try:
+                    self.forget(host, keys, "l1")
+                    if not shared_done:  # L2 and L3 are shared: one Spark removes the entries for all
+                        for adapter in shared:
+                            self.forget(host, keys, "l2", adapter)
+                        shared_done = True
+                except (NodeError, ValueError) as exc:
+                    self.out(f"  ! {host}: the canary {salt} could not be removed: {exc}")
+        self.planted.clear()
+
+    # --- the canaries -------------------------------------------------------------------------------------
+    def late_stores(self, host: str, before: dict) -> list:
+        """Stores are asynchronous: the persistent adapters that did not complete one more store than `before`
+        within the store timeout (a tier that cannot store is a finding, not an error of the canary)."""
+        adapters = [a for a in (self.t.l2_name, self.t.l3_name) if a]
+        deadline = time.monotonic() + self.store_timeout
+        while True:
+            now = self.counters(host)
+            late = [a for a in adapters if _stores(now, a) <= _stores(before, a)]
+            if not late or time.monotonic() > deadline:
+                return late
+            time.sleep(1)
+
+    def stored(self, host: str, purpose: str) -> tuple:
+        """A new canary computed on `host`: (prompt, salt, keys, cold reply, adapters that did not store it)."""
+        salt, prompt = self.salt(purpose), self.prompt(host, purpose)
+        cold, before, _ = self.measured(host, prompt, salt)
+        if cold["cached_tokens"]:
+            raise CanaryError(f"{host}: a new canary already had {cold['cached_tokens']} cached tokens")
+        late = self.late_stores(host, before)
+        keys = []
+        lowest = self.t.l3_name or self.t.l2_name
+        if lowest and lowest not in late:
+            keys = self.keys(host, salt, cold["prompt_tokens"] // self.t.spec.lmcache.chunk_size)
+        return prompt, salt, keys, cold, late
+
+    def local(self, host: str) -> list:
+        """L0, L2 and L3 of one Spark, with one canary."""
+        prompt, salt, keys, cold, late = self.stored(host, "local")
+        results = []
+        reply, before, after = self.measured(host, prompt, salt)
+        results.append(self._hit("l0", host, reply, cold, after["l1_hit_tokens"] - before["l1_hit_tokens"], "DRAM"))
+        for tier, adapter in (("l2", self.t.l2_name), ("l3", self.t.l3_name)):
+            if not adapter:
+                continue
+            if adapter in late:
+                results.append(self._not_stored(tier, host, adapter))
+                continue
+            if not keys:
+                results += self._unverified(
+                    host, [tier], "its entries could not be listed (the lowest tier did not store it)"
+                )
+                continue
+            self.forget(host, keys, "l1")
+            if tier == "l3" and self.t.l2_name and self.t.l2_name not in late:
+                try:
+                    self.forget(host, keys, "l2", self.t.l2_name)
+                except NodeError as exc:  # L2 might still serve it: the L3 result would be a false miss
+                    results += self._unverified(host, [tier], f"its L2 entries could not be removed first: {exc}")
+                    continue
+            results.append(self._load(tier, host, prompt, salt, cold, adapter))
+        return results
+
+    def peer(self, source_host: str, target: str) -> dict:
+        """A canary computed on `source_host`, removed from L2 and L3: `target` loads it through P2P."""
+        prompt, salt, keys, cold, late = self.stored(source_host, f"from-{source_host}")
+        persistent = [a for a in (self.t.l2_name, self.t.l3_name) if a]
+        if persistent and not keys:
+            raise CanaryError(f"its entries on {source_host} could not be listed (not stored in {', '.join(late)})")
+        for adapter in persistent:
+            if adapter not in late:  # an adapter that did not store it has nothing to remove
+                self.forget(source_host, keys, "l2", adapter)
+        return self._load("l1", target, prompt, salt, cold, "p2p", source_host)
+
+    def _load(self, tier, host, prompt, salt, cold, adapter, source_host="") -> dict:
+        reply, before, after = self.measured(host, prompt, salt)
+        return self._hit(
+            tier, host, reply, cold, _loads(after, adapter) - _loads(before, adapter), adapter, source_host
+        )
+
+    def _hit(self, tier, host, reply, cold, delta, counted, source_host="") -> dict:
+        what = "LMCache's DRAM" if tier == "l0" else f"the {counted} adapter"
+        where = f" from {source_host}" if source_host else ""
+        if reply["cached_tokens"] > 0 and delta > 0:
+            return h.check(
+                host,
+                HEALTH_TIER[tier],
+                h.OK,
+                CODES[tier] + "_OK",
+                f"a canary{where} was served from {what}: {reply['cached_tokens']} of {reply['prompt_tokens']} "
+                f"tokens cached, {reply['seconds']:.2f} s against {cold['seconds']:.2f} s cold",
+            )
+        return h.check(
+            host,
+            HEALTH_TIER[tier],
+            h.ERR,
+            CODES[tier] + "_MISS",
+            f"a canary{where} that {what} should have served was not: {reply['cached_tokens']} tokens cached, "
+            f"{counted} counter moved by {delta}",
+            FIX[tier],
+        )
+
+    def _not_stored(self, tier: str, host: str, adapter: str) -> dict:
+        return h.check(
+            host,
+            HEALTH_TIER[tier],
+            h.ERR,
+            CODES[tier] + "_NOT_STORED",
+            f"a canary was never stored through the {adapter} adapter: no store completed within "
+            f"{self.store_timeout:.0f} s",
+            FIX[tier],
+        )
+
+    def _unverified(self, host: str, tiers, why: str) -> list:
+        return [
+            h.check(
+                host,
+                HEALTH_TIER[t],
+                h.UNVERIFIED,
+                "CANARY_NOT_RUN",
+                f"the canary could not run: {why}",
+                "read the reason; the other checks above say whether the node serves",
+            )
+            for t in tiers
+        ]
+
+    def run(self, hosts=None) -> list:
+        """Canaries for every tier the cluster has, on every Spark (or `hosts`); health checks."""
+        hosts = list(hosts or self.t.nodes)
+        local = ["l0"] + (["l2"] if self.t.l2_name else []) + (["l3"] if self.t.l3_name else [])
+        sparks = list(self.t.nodes)
+        results = []
+        try:
+            for host in hosts:
+                try:
+                    results += self.local(host)
+                except (ProofError, NodeError, ValueError) as exc:
+                    results += self._unverified(host, local, str(exc))
+            if self.t.spec.has("l1_p2p") and len(sparks) > 1:
+                for target in hosts:
+                    source_host = sparks[(sparks.index(target) + 1) % len(sparks)]
+                    try:
+                        results.append(self.peer(source_host, target))
+                    except (ProofError, NodeError, ValueError) as exc:
+                        results += self._unverified(target, ["l1"], str(exc))
+        finally:
+            self.remove_all()
+        return results

@@ -1,0 +1,229 @@
+"""Canaries (`kvtier health --canary`): each tier proven with the canary's own entries removed from the tiers above
+it, a tier that fails named on the right Spark, and nothing left behind.
+
+LMCache and vLLM cannot run in a unit test: each Spark here is a stand-in (named so) that answers vLLM's
+/v1/completions and LMCache's /metrics and DELETE /cache/objects over real HTTP on loopback, and looks a request up
+as LMCache does (its DRAM, then each L2 adapter in order: resp, fs, p2p). Its L3 is a real directory of fs-style
+files and the canary's probes run as real node-side Python. The lab runs the canaries against the real servers."""
+
+import hashlib
+import http.server
+import json
+import threading
+
+import pytest
+
+from kvtier.cluster import load_spec
+from kvtier.probes import health as h
+from kvtier.proof import canary, nodes
+from kvtier.proof.target import Target
+from tests.unit._cluster_data import spec_dict
+
+CHUNK = 32
+
+
+class Cluster:
+    """The shared tiers of the stand-in cluster: L2 (a set of keys) and L3 (files in a directory)."""
+
+    def __init__(self, l3_dir):
+        self.l2, self.l3_dir, self.sparks = set(), l3_dir, {}
+
+    def l3_has(self, key):
+        return (self.l3_dir / f"tiny@0x01000000@0@{key[0]}@{key[1]}.data").exists()
+
+
+class StandInSpark:
+    """One Spark's vLLM + LMCache, as far as a canary sees them. l2_broken: its resp adapter neither stores nor loads
+    (LMCache's adapter after the L2 server restarted); p2p_broken: its peer lookups find nothing."""
+
+    def __init__(self, name, cluster, l2_broken=False, p2p_broken=False):
+        self.name, self.cluster = name, cluster
+        self.l2_broken, self.p2p_broken = l2_broken, p2p_broken
+        self.dram = set()
+        self.counters = {"l1_hit": 0, "loads": {"resp": 0, "fs": 0, "p2p": 0}, "stores": {"resp": 0, "fs": 0}}
+        self.requests = []
+        self.lock = threading.Lock()
+
+    def keys(self, prompt, salt):
+        tokens = len(prompt) // 3  # the stand-in's tokenizer: three characters a token
+        digest = [
+            hashlib.sha256(f"{prompt[: (i + 1) * CHUNK * 3]}".encode()).hexdigest() for i in range(tokens // CHUNK)
+        ]
+        return tokens, [(d, salt) for d in digest]
+
+    def complete(self, prompt, salt):
+        with self.lock:
+            self.requests.append(salt)
+            tokens, keys = self.keys(prompt, salt)
+            peers = [s for s in self.cluster.sparks.values() if s is not self]
+            tiers = [
+                ("dram", lambda k: k in self.dram),
+                ("resp", lambda k: not self.l2_broken and k in self.cluster.l2),
+                ("fs", self.cluster.l3_has),
+                ("p2p", lambda k: not self.p2p_broken and any(k in p.dram for p in peers)),
+            ]
+            cached = 0
+            for tier, has in tiers:
+                if keys and has(keys[0]):
+                    found = next((i for i, k in enumerate(keys) if not has(k)), len(keys))
+                    cached = found * CHUNK
+                    if tier == "dram":
+                        self.counters["l1_hit"] += cached
+                    else:
+                        self.counters["loads"][tier] += 1
+                    break
+            self.dram.update(keys)
+            if not self.l2_broken:
+                self.cluster.l2.update(keys)
+                self.counters["stores"]["resp"] += 1
+            for digest, key_salt in keys:
+                (self.cluster.l3_dir / f"tiny@0x01000000@0@{digest}@{key_salt}.data").write_bytes(b"kv")
+            self.counters["stores"]["fs"] += 1
+            return {"usage": {"prompt_tokens": tokens, "prompt_tokens_details": {"cached_tokens": cached}}}
+
+    def metrics(self):
+        c = self.counters
+        lines = [f"lmcache_mp_lookup_hit_l1_tokens_total {c['l1_hit']}"]
+        lines += [f'lmcache_mp_l2_load_completed_requests_total{{l2_name="{a}"}} {n}' for a, n in c["loads"].items()]
+        lines += [f'lmcache_mp_l2_store_completed_requests_total{{l2_name="{a}"}} {n}' for a, n in c["stores"].items()]
+        return "\n".join(lines) + "\n"
+
+    def delete(self, body):
+        keys = {(k["chunk_hash_hex"], k["cache_salt"]) for k in body["keys"]}
+        with self.lock:
+            if body["tier"] == "l1":
+                self.dram -= keys
+            elif body.get("adapter") == "resp":
+                if self.l2_broken:
+                    return {"deleted": 0, "skipped": 0, "ok": False, "error": "not connected"}
+                self.cluster.l2 -= keys
+            elif body.get("adapter") == "fs":
+                for digest, salt in keys:
+                    (self.cluster.l3_dir / f"tiny@0x01000000@0@{digest}@{salt}.data").unlink(missing_ok=True)
+        return {"deleted": len(keys), "skipped": 0, "ok": True}
+
+    def handler(self):
+        spark = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def _reply(self, status, body, kind="application/json"):
+                data = body.encode() if isinstance(body, str) else json.dumps(body).encode()
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def _body(self):
+                return json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+
+            def do_GET(self):  # noqa: N802
+                self._reply(200, spark.metrics(), "text/plain")
+
+            def do_POST(self):  # noqa: N802
+                body = self._body()
+                self._reply(200, spark.complete(body["prompt"], body.get("cache_salt", "")))
+
+            def do_DELETE(self):  # noqa: N802
+                self._reply(200, spark.delete(self._body()))
+
+            def log_message(self, *args):
+                pass
+
+        return Handler
+
+
+@pytest.fixture
+def cluster(tmp_path):
+    """Two stand-in Sparks on loopback; the test sets their faults before the canaries run."""
+    shared = Cluster(tmp_path / "l3")
+    shared.l3_dir.mkdir()
+    servers, ports = [], {}
+    for name in ("spark01", "spark02"):
+        spark = shared.sparks[name] = StandInSpark(name, shared)
+        for role in ("vllm_http", "lmcache_http"):
+            server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), spark.handler())
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+            servers.append(server)
+            ports.setdefault(name, {})[role] = server.server_port
+    data = spec_dict(
+        lmcache={"chunk_size": CHUNK, "l0_dram_gib": 1},
+        l3={"adapter": "fs", "path": str(shared.l3_dir)},
+        nodes={name: {"data_address": f"10.10.0.2{i}", "ports": ports[name]} for i, name in enumerate(ports, 1)},
+    )
+    shared.target = Target(spec=load_spec(data), nodes={n: nodes.local(n) for n in ports})
+    yield shared
+    for server in servers:
+        server.shutdown()
+
+
+def by_tier(results, host):
+    return {c["tier"]: c for c in results if c["host"] == host}
+
+
+def test_every_tier_of_every_spark_is_proven_and_nothing_else_is_touched(cluster):
+    client = ("c" * 64, "")  # a client's entry in every tier: the canaries must leave it alone
+    cluster.l2.add(client)
+    cluster.sparks["spark01"].dram.add(client)
+    (cluster.l3_dir / f"tiny@0x01000000@0@{'c' * 64}.data").write_bytes(b"a client's")
+    results = canary.Canary(cluster.target, out=lambda _: None).run()
+    assert [(c["host"], c["tier"], c["code"]) for c in results] == [
+        ("spark01", "l0", "CANARY_L0_OK"),
+        ("spark01", "l2", "CANARY_L2_OK"),
+        ("spark01", "l3", "CANARY_L3_OK"),
+        ("spark02", "l0", "CANARY_L0_OK"),
+        ("spark02", "l2", "CANARY_L2_OK"),
+        ("spark02", "l3", "CANARY_L3_OK"),
+        ("spark01", "l1_p2p", "CANARY_P2P_OK"),
+        ("spark02", "l1_p2p", "CANARY_P2P_OK"),
+    ]
+    assert all(c["status"] == h.OK for c in results)
+    assert "from spark02" in by_tier(results, "spark01")["l1_p2p"]["reason"]
+    # The canaries' entries are gone from every tier, the client's are all there; every request carried a salt.
+    assert cluster.l2 == {client} and cluster.sparks["spark01"].dram == {client}
+    assert not cluster.sparks["spark02"].dram
+    assert [p.name for p in cluster.l3_dir.iterdir()] == [f"tiny@0x01000000@0@{'c' * 64}.data"]
+    assert all(salt.startswith("kvtier-canary-") for s in cluster.sparks.values() for salt in s.requests)
+
+
+def test_a_broken_l2_adapter_is_named_on_its_spark_and_the_rest_still_proven(cluster):
+    cluster.sparks["spark02"].l2_broken = True
+    results = canary.Canary(cluster.target, out=lambda _: None, store_timeout=2).run()
+    broken = by_tier(results, "spark02")
+    assert broken["l2"]["status"] == h.ERR and broken["l2"]["code"] == "CANARY_L2_NOT_STORED"
+    assert "repair_lmcache.yml" in broken["l2"]["fix"]
+    # Its L3 cannot be shown while its L2 entries cannot be removed first: said so, never a false miss.
+    assert broken["l3"]["code"] == "CANARY_L3_OK" or broken["l3"]["status"] == h.UNVERIFIED
+    assert {c["code"] for c in results if c["host"] == "spark01"} == {
+        "CANARY_L0_OK",
+        "CANARY_L2_OK",
+        "CANARY_L3_OK",
+        "CANARY_P2P_OK",
+    }
+
+
+def test_a_peer_that_serves_nothing_is_a_p2p_miss_on_the_spark_that_asked(cluster):
+    cluster.sparks["spark01"].p2p_broken = True
+    results = canary.Canary(cluster.target, out=lambda _: None).run()
+    miss = by_tier(results, "spark01")["l1_p2p"]
+    assert miss["status"] == h.ERR and miss["code"] == "CANARY_P2P_MISS"
+    assert "from spark02" in miss["reason"] and "0 tokens cached" in miss["reason"]
+    assert by_tier(results, "spark02")["l1_p2p"]["code"] == "CANARY_P2P_OK"
+
+
+def test_a_spark_that_does_not_answer_is_unverified_not_ok(cluster):
+    cluster.target.spec = load_spec(
+        {
+            **spec_dict(
+                lmcache={"chunk_size": CHUNK, "l0_dram_gib": 1},
+                l3={"adapter": "fs", "path": str(cluster.l3_dir)},
+            ),
+            "nodes": {"spark01": {"data_address": "10.10.0.21", "ports": {"vllm_http": 1, "lmcache_http": 2}}},
+            "p2p": {"coordinator": {"node": "spark01", "port": 9300}, "advertise_port": 8500},
+        }
+    )
+    cluster.target.nodes = {"spark01": nodes.local("spark01")}
+    results = canary.Canary(cluster.target, out=lambda _: None).run()
+    assert {c["status"] for c in results} == {h.UNVERIFIED}
+    assert {c["tier"] for c in results} == {"l0", "l2", "l3"}
+    assert all(c["code"] == "CANARY_NOT_RUN" for c in results)
