@@ -378,3 +378,61 @@ def forget(lmcache_http: str, keys: list, tier: str, adapter: str | None = None,
     if not result.get("ok", True):
         raise ProbeError(f"LMCache could not remove {len(keys)} keys from {adapter or tier}: {result.get('error')}")
     return result
+
+
+CANARY_TEXT = "/usr/share/common-licenses/GPL-3"  # on every Debian and Ubuntu host: a long, stable prompt body
+
+
+def canary_prompt(salt: str, chunk_size: int, chunks: int = 3, text_file: str = CANARY_TEXT) -> str:
+    """A short prompt that says what it is: `chunks` full chunks and a little more (about four characters a
+    token, whatever the tokenizer)."""
+    with open(text_file, encoding="utf-8", errors="replace") as handle:
+        body = handle.read(4 * (chunks + 1) * chunk_size)
+    return f"kvtier canary {salt} (a health probe; safe to ignore): {body}"
+
+
+def plant(
+    endpoints: dict,
+    model: str,
+    prompt: str,
+    salt: str,
+    chunk_size: int,
+    adapters: list,
+    l3_path: str | None = None,
+    timeout: float = 60.0,
+) -> dict:
+    """Send a new salted prompt and wait until its entries are stored: ``cold`` (vLLM's answer), ``late`` (the
+    persistent adapters that completed no store within `timeout`) and ``keys`` (its object keys, read from the
+    L3 directory once every full chunk is there; empty without `l3_path`)."""
+    metrics = endpoints["lmcache_metrics"]
+    before = lmcache_summary(get_metrics(metrics))
+    cold = complete(endpoints["vllm"], model, prompt, 600.0, salt)
+    if cold["status"] != 200:
+        raise ProbeError(f"the canary's request failed: HTTP {cold['status']} {cold['error'][:200]}")
+    deadline = time.monotonic() + timeout
+    late = list(adapters)
+    while late and time.monotonic() < deadline:
+        now = lmcache_summary(get_metrics(metrics))
+        late = [
+            a for a in adapters if now["l2"].get(a, {}).get("stores", 0) <= before["l2"].get(a, {}).get("stores", 0)
+        ]
+        if late:
+            time.sleep(1)
+    keys, wanted = [], cold["prompt_tokens"] // chunk_size
+    while l3_path:
+        keys = l3_salted_keys(l3_path, salt)
+        if len(keys) >= wanted or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    return {"cold": cold, "late": late, "keys": keys, "wanted": wanted}
+
+
+def serve(endpoints: dict, model: str, prompt: str, salt: str) -> dict:
+    """The salted prompt again: vLLM's answer and what LMCache's counters say served it (``l1_hit_tokens``: its
+    DRAM; ``loads``: completed loads per L2 adapter) over the request."""
+    metrics = endpoints["lmcache_metrics"]
+    before = lmcache_summary(get_metrics(metrics))
+    reply = complete(endpoints["vllm"], model, prompt, 600.0, salt)
+    after = lmcache_summary(get_metrics(metrics))
+    loads = {a: v["loads"] - before["l2"].get(a, {}).get("loads", 0) for a, v in after["l2"].items()}
+    return {"reply": reply, "l1_hit_tokens": after["l1_hit_tokens"] - before["l1_hit_tokens"], "loads": loads}

@@ -23,13 +23,13 @@ second, so an OK says the tier served the canary or something else at that momen
 
 from __future__ import annotations
 
-import time
+import secrets
 
 from kvtier.probes import health as h
 from kvtier.probes import lmcache as lmcache_probe
 from kvtier.probes import resp as resp_probe
 from kvtier.proof.nodes import NodeError, source
-from kvtier.proof.tiers import TEXT, Proof, ProofError, _loads, _stores
+from kvtier.proof.tiers import ProofError
 
 _PROBES = source(lmcache_probe, resp_probe)
 CHUNKS = 3  # full chunks per canary prompt: enough to show a load, small enough to cost nothing
@@ -48,13 +48,13 @@ class CanaryError(ProofError):
     """A canary could not be carried out (a request failed, its entries were never written)."""
 
 
-class Canary(Proof):
+class Canary:
     """Canaries against one cluster: `run()` returns health checks. Nothing outside the canaries' own entries is
     touched: no flush, no clear, no restart."""
 
     def __init__(self, target, out=print, store_timeout: float = 60):
-        super().__init__(target, out, ready_timeout=30)
-        self.store_timeout = store_timeout
+        self.t, self.out, self.store_timeout = target, out, store_timeout
+        self.nonce = secrets.token_hex(4)  # this run's canaries are new to every tier
         self.planted: dict = {}  # salt -> the object keys it stored (removed from every tier at the end)
         self._count = 0
 
@@ -63,37 +63,24 @@ class Canary(Proof):
         self._count += 1
         return f"kvtier-canary-{self.nonce}-{self._count}-{purpose}"
 
-    def prompt(self, host: str, purpose: str) -> str:
-        # About four characters per token: CHUNKS full chunks and a little more, whatever the tokenizer.
-        text = self.t.nodes[host].run("head", "-c", str(4 * (CHUNKS + 1) * self.t.spec.lmcache.chunk_size), TEXT)
-        return f"kvtier canary {self.nonce} {purpose} on {host} (a health probe; safe to ignore): {text}"
+    def endpoints(self, host: str) -> dict:
+        lmcache_http = self.t.lmcache_url(host)
+        return {
+            "vllm": self.t.vllm_url(host),
+            "lmcache_http": lmcache_http,
+            "lmcache_metrics": lmcache_http + "/metrics",
+        }
 
-    def keys(self, host: str, salt: str, wanted: int) -> list:
-        """The canary's object keys once LMCache has stored `wanted` of them in the lowest persistent tier, read
-        from that tier: the L3 files, or L2's keys (SCAN as its admin user) where there is no L3."""
-        spec = self.t.spec
-        if spec.l3 is not None:
-            call = f"l3_salted_keys({spec.l3.path!r}, {salt!r})"
-        elif spec.l2 is not None and self.t.l2_admin_password:
-            l2 = spec.l2
-            call = (
-                f"[salted_object_key(k, {salt!r}) for k in matching_keys({l2.host!r}, {l2.port!r}, "
-                f"{self.t.l2_admin_user!r}, {self.t.l2_admin_password!r}, {'*@' + salt!r})]"
-            )
-        else:
+    def l2_keys(self, host: str, salt: str) -> list:
+        """The canary's object keys in L2 (SCAN as its admin user), for a cluster without L3 to list them from."""
+        l2 = self.t.spec.l2
+        if l2 is None or not self.t.l2_admin_password:
             raise CanaryError("the canary's entries cannot be listed: no L3, and no L2 admin password in the inventory")
-        deadline = time.monotonic() + self.store_timeout
-        while True:
-            found = [k for k in self.t.nodes[host].python(_PROBES, call, timeout=60) if k]
-            self.planted[salt] = found  # whatever happens next, these are removed at the end
-            if len(found) >= wanted:
-                return found
-            if time.monotonic() > deadline:
-                raise CanaryError(
-                    f"{host}: {len(found)} of the canary's {wanted} chunks were stored in "
-                    f"{self.t.l3_name or self.t.l2_name} within {self.store_timeout:.0f} s"
-                )
-            time.sleep(1)
+        call = (
+            f"[salted_object_key(k, {salt!r}) for k in matching_keys({l2.host!r}, {l2.port!r}, "
+            f"{self.t.l2_admin_user!r}, {self.t.l2_admin_password!r}, {'*@' + salt!r})]"
+        )
+        return [k for k in self.t.nodes[host].python(_PROBES, call, timeout=60) if k]
 
     def forget(self, host: str, keys: list, tier: str, adapter: str | None = None) -> None:
         call = f"forget({self.t.lmcache_url(host)!r}, {keys!r}, {tier!r}, {adapter!r})"
@@ -117,37 +104,38 @@ class Canary(Proof):
         self.planted.clear()
 
     # --- the canaries -------------------------------------------------------------------------------------
-    def late_stores(self, host: str, before: dict) -> list:
-        """Stores are asynchronous: the persistent adapters that did not complete one more store than `before`
-        within the store timeout (a tier that cannot store is a finding, not an error of the canary)."""
-        adapters = [a for a in (self.t.l2_name, self.t.l3_name) if a]
-        deadline = time.monotonic() + self.store_timeout
-        while True:
-            now = self.counters(host)
-            late = [a for a in adapters if _stores(now, a) <= _stores(before, a)]
-            if not late or time.monotonic() > deadline:
-                return late
-            time.sleep(1)
-
     def stored(self, host: str, purpose: str) -> tuple:
         """A new canary computed on `host`: (prompt, salt, keys, cold reply, adapters that did not store it)."""
-        salt, prompt = self.salt(purpose), self.prompt(host, purpose)
-        cold, before, _ = self.measured(host, prompt, salt)
+        salt, spec = self.salt(purpose), self.t.spec
+        adapters = [a for a in (self.t.l2_name, self.t.l3_name) if a]
+        l3_path = spec.l3.path if spec.l3 is not None else None
+        call = (
+            f"(lambda p: dict(plant({self.endpoints(host)!r}, {self.t.model!r}, p, {salt!r}, "
+            f"{spec.lmcache.chunk_size!r}, {adapters!r}, {l3_path!r}, {self.store_timeout!r}), prompt=p))"
+            f"(canary_prompt({salt!r}, {spec.lmcache.chunk_size!r}, {CHUNKS!r}))"
+        )
+        planted = self.t.nodes[host].python(_PROBES, call, timeout=self.store_timeout + 660)
+        cold, late, keys = planted["cold"], planted["late"], planted["keys"]
+        if l3_path is None and self.t.l2_name and self.t.l2_name not in late:
+            keys = self.l2_keys(host, salt)
+        self.planted[salt] = keys  # whatever happens next, these are removed at the end
         if cold["cached_tokens"]:
             raise CanaryError(f"{host}: a new canary already had {cold['cached_tokens']} cached tokens")
-        late = self.late_stores(host, before)
-        keys = []
         lowest = self.t.l3_name or self.t.l2_name
-        if lowest and lowest not in late:
-            keys = self.keys(host, salt, cold["prompt_tokens"] // self.t.spec.lmcache.chunk_size)
-        return prompt, salt, keys, cold, late
+        if lowest and lowest not in late and len(keys) < planted["wanted"]:
+            raise CanaryError(
+                f"{host}: {len(keys)} of the canary's {planted['wanted']} chunks were stored in {lowest} within "
+                f"{self.store_timeout:.0f} s"
+            )
+        if not (lowest and lowest not in late):
+            keys = []
+        return planted["prompt"], salt, keys, cold, late
 
     def local(self, host: str) -> list:
         """L0, L2 and L3 of one Spark, with one canary."""
         prompt, salt, keys, cold, late = self.stored(host, "local")
-        results = []
-        reply, before, after = self.measured(host, prompt, salt)
-        results.append(self._hit("l0", host, reply, cold, after["l1_hit_tokens"] - before["l1_hit_tokens"], "DRAM"))
+        served = self.serve(host, prompt, salt)
+        results = [self._hit("l0", host, served["reply"], cold, served["l1_hit_tokens"], "DRAM")]
         for tier, adapter in (("l2", self.t.l2_name), ("l3", self.t.l3_name)):
             if not adapter:
                 continue
@@ -180,11 +168,18 @@ class Canary(Proof):
                 self.forget(source_host, keys, "l2", adapter)
         return self._load("l1", target, prompt, salt, cold, "p2p", source_host)
 
+    def serve(self, host: str, prompt: str, salt: str) -> dict:
+        call = f"serve({self.endpoints(host)!r}, {self.t.model!r}, {prompt!r}, {salt!r})"
+        served = self.t.nodes[host].python(_PROBES, call, timeout=660)
+        if served["reply"]["status"] != 200:
+            raise CanaryError(
+                f"{host}: vLLM answered {served['reply']['status'] or 'nothing'}: {served['reply']['error'][:200]}"
+            )
+        return served
+
     def _load(self, tier, host, prompt, salt, cold, adapter, source_host="") -> dict:
-        reply, before, after = self.measured(host, prompt, salt)
-        return self._hit(
-            tier, host, reply, cold, _loads(after, adapter) - _loads(before, adapter), adapter, source_host
-        )
+        served = self.serve(host, prompt, salt)
+        return self._hit(tier, host, served["reply"], cold, served["loads"].get(adapter, 0), adapter, source_host)
 
     def _hit(self, tier, host, reply, cold, delta, counted, source_host="") -> dict:
         what = "LMCache's DRAM" if tier == "l0" else f"the {counted} adapter"
