@@ -32,7 +32,7 @@ from kvtier.lab.runner import run_playbook
 from kvtier.lab.stages import StageFailed, Stages
 from kvtier.probes import cpu as cpu_probe
 from kvtier.probes import health as health_probe
-from kvtier.proof import nodes, target, tiers
+from kvtier.proof import canary, nodes, target, tiers
 from kvtier.vm import host, image
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -364,9 +364,28 @@ def _health(out) -> str:
     return note + (f" ({', '.join(warned)})" if warned else "")
 
 
+def _canaries(out) -> str:
+    """`kvtier health --canary` on the healthy lab: every tier of every Spark proven through LMCache by a canary,
+    and no canary entry left in L2 or L3 afterwards."""
+    started = time.monotonic()
+    canaries = canary.Canary(proof_target(), out=out)
+    found = canaries.run()
+    seconds = time.monotonic() - started
+    for line in health_report.table(found).splitlines():
+        out("  " + line)
+    failed = [f"{c['host']} {c['code']}" for c in found if c["status"] != health_probe.OK]
+    if failed:
+        raise StageFailed("canaries that did not prove their tier on a healthy lab: " + ", ".join(failed))
+    left = canaries.leftovers()
+    if left:
+        raise StageFailed(f"{len(left)} canary entries left in the shared tiers, e.g. {left[0]}")
+    return f"{len(found)} canaries OK in {seconds:.1f} s, none left in L2 or L3"
+
+
 def _l2_came_back(out, under_stream: bool = False) -> str:
     """After the storage node's reboot emptied and restarted L2: requests keep succeeding, health names the broken
-    LMCache adapter on every Spark (L2_STORES_FAILING), playbooks/repair_lmcache.yml restores it, health is clean."""
+    LMCache adapter on every Spark (L2_RESTARTED_UNDER_LMCACHE, L2_STORES_FAILING where the counters show it, and a
+    canary's L2 step), playbooks/repair_lmcache.yml restores it, health is clean."""
     t = proof_target()
     proof = tiers.Proof(t, out=out)
     times, failed = [], 0
@@ -383,6 +402,13 @@ def _l2_came_back(out, under_stream: bool = False) -> str:
     failing = {c["host"] for c in found if c["code"] == "L2_STORES_FAILING"}
     if failed or named != set(t.nodes):
         raise StageFailed(f"{failed} request(s) failed; L2_RESTARTED_UNDER_LMCACHE on {sorted(named) or 'no Spark'}")
+    # Seen through LMCache itself: a canary's L2 step fails on every Spark (its adapter stores or loads nothing).
+    seen = canary.Canary(t, out=out, store_timeout=15).run()
+    for line in health_report.table(seen).splitlines():
+        out("  " + line)
+    l2_caught = {c["host"] for c in seen if c["tier"] == "l2" and c["status"] == health_probe.ERR}
+    if l2_caught != set(t.nodes):
+        raise StageFailed(f"the canaries saw the broken L2 adapter on {sorted(l2_caught) or 'no Spark'} only")
     if under_stream:  # a client sends requests through the router while each Spark is drained and restarted
         _, repaired = day2.playbook_under_stream(out, INVENTORY, STORAGE_DATA_ADDRESS, t.model, "repair_lmcache.yml")
     else:
@@ -391,8 +417,10 @@ def _l2_came_back(out, under_stream: bool = False) -> str:
     errors = [f"{c['host']} {c['code']}" for c in found if c["status"] == health_probe.ERR]
     if errors:
         raise StageFailed("after repair_lmcache.yml: " + ", ".join(errors))
+    codes = sorted({c["code"] for c in seen if c["tier"] == "l2" and c["status"] == health_probe.ERR})
     return (
-        f"L2_RESTARTED_UNDER_LMCACHE on {len(named)}, L2_STORES_FAILING on {len(failing)} Spark(s); "
+        f"L2_RESTARTED_UNDER_LMCACHE on {len(named)}, L2_STORES_FAILING on {len(failing)} Spark(s), canaries "
+        f"{'/'.join(codes)} on {len(l2_caught)}; "
         f"0 of {len(times)} requests failed (slowest {max(times, default=0):.2f} s); repaired behind the router "
         f"({repaired}), no ERR"
     )
@@ -549,6 +577,7 @@ def test(out=print, keep: bool = False, day2: bool = False) -> int:
         stages.run("site.yml again (changes nothing)", _site, out, idempotent=True)
         stages.run("tier proof (every Spark, every tier)", _prove, out)
         stages.run("health (every check of every node)", _health, out)
+        stages.run("health canaries (every tier through LMCache, nothing left)", _canaries, out)
         stages.run(f"idle Sparks ({IDLE_SECONDS:.0f} s)", _idle, out)
         stages.run("no peer-lookup timeouts", _lookup_timeouts, out, began)
         stages.run("warmup twice, TTFT and storage bench (small)", _warmup_and_bench, out)

@@ -103,6 +103,22 @@ class Canary:
                     self.out(f"  ! {host}: the canary {salt} could not be removed: {exc}")
         self.planted.clear()
 
+    def leftovers(self) -> list:
+        """Entries of any canary (this run's or an earlier one's) still in the shared tiers: L3 files, and L2 keys
+        where the inventory holds the L2 admin password."""
+        via, spec, found = next(iter(self.t.nodes)), self.t.spec, []
+        if spec.l3 is not None:
+            call = f"[n for n in os.listdir({spec.l3.path!r}) if '@kvtier-canary-' in n]"
+            found += self.t.nodes[via].python(_PROBES, call, timeout=60)
+        if spec.l2 is not None and self.t.l2_admin_password:
+            l2 = spec.l2
+            call = (
+                f"matching_keys({l2.host!r}, {l2.port!r}, {self.t.l2_admin_user!r}, {self.t.l2_admin_password!r}, "
+                f"'*@kvtier-canary-*')"
+            )
+            found += self.t.nodes[via].python(_PROBES, call, timeout=60)
+        return found
+
     # --- the canaries -------------------------------------------------------------------------------------
     def stored(self, host: str, purpose: str) -> tuple:
         """A new canary computed on `host`: (prompt, salt, keys, cold reply, adapters that did not store it)."""
