@@ -17,19 +17,29 @@ description:
 options:
   action: {description: The step., type: str, required: true, choices: [plant, serve, forget]}
   vllm_url: {description: "The node's vLLM base URL (plant, serve).", type: str}
-  lmcache_http: {description: "LMCache's HTTP API on the node (its /metrics and /cache/objects).", type: str, required: true}
+  lmcache_http:
+    description: "LMCache's HTTP API on the node (its /metrics and /cache/objects)."
+    type: str
+    required: true
   model: {description: "The served model name (plant, serve).", type: str}
-  salt: {description: "The canary's cache salt: unique per canary, no '@' or '/'.", type: str, required: true}
+  salt:
+    description: "The canary's cache salt: unique per canary, 1-128 characters, no @ / or backslash."
+    type: str
+    required: true
   chunk_size: {description: "LMCache's chunk size in tokens (plant).", type: int}
   prompt: {description: "The prompt plant returned (serve).", type: str}
   persistent_adapters:
-    description: "LMCache adapter names of the persistent tiers, e.g. [resp, fs] (plant: waited for; forget: removed from)."
+    description: "LMCache adapter names of the persistent tiers, e.g. [resp, fs] (plant waits for them)."
     type: list
     elements: str
     default: []
   l3_path: {description: "The L3 directory, where the canary's keys are read (plant).", type: path}
   keys: {description: "The keys plant returned (forget).", type: list, elements: dict, default: []}
-  tier: {description: "forget - l1 (this server's DRAM) or l2 (persistent_adapters).", type: str, choices: [l1, l2], default: l1}
+  tier:
+    description: "forget - l1 (this server's DRAM) or l2 (persistent_adapters)."
+    type: str
+    choices: [l1, l2]
+    default: l1
   store_timeout: {description: Seconds to wait for the stores (plant)., type: float, default: 60}
 """
 
@@ -86,8 +96,8 @@ def main():
     missing = [name for name in REQUIRED[p["action"]] if p[name] is None]
     if missing:
         module.fail_json(msg="action=%s needs %s" % (p["action"], ", ".join(missing)))
-    if "@" in p["salt"] or "/" in p["salt"]:
-        module.fail_json(msg="the salt %r holds '@' or '/', which LMCache refuses in a key" % p["salt"])
+    if set(p["salt"]) & set("@/\\\x00") or not 0 < len(p["salt"]) <= 128:
+        module.fail_json(msg="LMCache refuses the salt %r: 1-128 characters, none of @ / \\ or NUL" % p["salt"])
     if module.check_mode:
         module.exit_json(changed=False, msg="check mode: no canary is sent or removed", canary={})
     endpoints = {"vllm": p["vllm_url"], "lmcache_metrics": p["lmcache_http"].rstrip("/") + "/metrics"}

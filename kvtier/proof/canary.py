@@ -61,7 +61,7 @@ class Canary:
     # --- the canary's own entries -------------------------------------------------------------------------
     def salt(self, purpose: str) -> str:
         self._count += 1
-        return f"kvtier-canary-{self.nonce}-{self._count}-{purpose}"
+        return f"kvtier-canary-{self.nonce}-{self._count}-{purpose}"[:128]  # LMCache's limit for a salt
 
     def endpoints(self, host: str) -> dict:
         lmcache_http = self.t.lmcache_url(host)

@@ -227,3 +227,51 @@ def test_a_spark_that_does_not_answer_is_unverified_not_ok(cluster):
     assert {c["status"] for c in results} == {h.UNVERIFIED}
     assert {c["tier"] for c in results} == {"l0", "l2", "l3"}
     assert all(c["code"] == "CANARY_NOT_RUN" for c in results)
+
+
+def run_module(capsys, check_mode=False, **params):
+    import kvtier_canary
+    from ansible.module_utils.testing import patch_module_args
+
+    with patch_module_args({"_ansible_check_mode": check_mode, **params}), pytest.raises(SystemExit):
+        kvtier_canary.main()
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_module_proves_a_p2p_transfer_as_the_rolling_restart_does(cluster, capsys):
+    t = cluster.target
+    salt = "kvtier-canary-p2p-0123456789abcdef0123"
+    source = {"lmcache_http": t.lmcache_url("spark02"), "salt": salt}
+    planted = run_module(
+        capsys,
+        action="plant",
+        vllm_url=t.vllm_url("spark02"),
+        model="tiny",
+        chunk_size=CHUNK,
+        persistent_adapters=["resp", "fs"],
+        l3_path=str(cluster.l3_dir),
+        **source,
+    )["canary"]
+    assert planted["late"] == [] and len(planted["keys"]) == planted["wanted"] > 0
+    keys = planted["keys"]
+    removed = run_module(capsys, action="forget", keys=keys, tier="l2", persistent_adapters=["resp", "fs"], **source)
+    assert removed["changed"] and not cluster.l2 and not list(cluster.l3_dir.iterdir())
+    target = {"lmcache_http": t.lmcache_url("spark01"), "salt": salt}
+    served = run_module(
+        capsys, action="serve", vllm_url=t.vllm_url("spark01"), model="tiny", prompt=planted["prompt"], **target
+    )["canary"]
+    assert served["loads"]["p2p"] == 1 and served["reply"]["cached_tokens"] == len(keys) * CHUNK
+    for spark in (source, target):
+        run_module(capsys, action="forget", keys=keys, tier="l1", **spark)
+    assert not any(s.dram for s in cluster.sparks.values())
+
+
+def test_the_module_refuses_a_salt_lmcache_would_refuse_and_sends_nothing_in_check_mode(cluster, capsys):
+    t = cluster.target
+    common = {"lmcache_http": t.lmcache_url("spark01"), "vllm_url": t.vllm_url("spark01"), "model": "tiny"}
+    refused = run_module(capsys, action="plant", salt="a/b", chunk_size=CHUNK, **common)
+    assert refused["failed"] and "1-128 characters" in refused["msg"]
+    missing = run_module(capsys, action="serve", salt="kvtier-canary-x", **common)
+    assert missing["failed"] and "needs prompt" in missing["msg"]
+    checked = run_module(capsys, check_mode=True, action="plant", salt="kvtier-canary-x", chunk_size=CHUNK, **common)
+    assert checked["changed"] is False and not cluster.sparks["spark01"].requests
