@@ -365,8 +365,8 @@ def _health(out) -> str:
 
 
 def _canaries(out) -> str:
-    """`kvtier health --canary` on the healthy lab: every tier of every Spark proven through LMCache by a canary,
-    and no canary entry left in L2 or L3 afterwards."""
+    """`kvtier health --canary` on the healthy lab: every tier of every Spark proven through LMCache by a canary, no
+    canary entry left in L2 or L3 afterwards, and health as clean after them as before."""
     started = time.monotonic()
     canaries = canary.Canary(proof_target(), out=out)
     found = canaries.run()
@@ -379,7 +379,13 @@ def _canaries(out) -> str:
     left = canaries.leftovers()
     if left:
         raise StageFailed(f"{len(left)} canary entries left in the shared tiers, e.g. {left[0]}")
-    return f"{len(found)} canaries OK in {seconds:.1f} s, none left in L2 or L3"
+    # Nothing disturbed: health after the canaries is as clean as before (an entry removed through the wrong
+    # server, or twice, would show as L2_STORES_FAILING there).
+    after, _ = _health_run(out)
+    errors = [f"{c['host']} {c['code']}" for c in after if c["status"] == health_probe.ERR]
+    if errors:
+        raise StageFailed("health after the canaries: " + ", ".join(errors))
+    return f"{len(found)} canaries OK in {seconds:.1f} s, none left in L2 or L3, health clean after them"
 
 
 def _l2_came_back(out, under_stream: bool = False) -> str:

@@ -55,7 +55,8 @@ class Canary:
     def __init__(self, target, out=print, store_timeout: float = 60):
         self.t, self.out, self.store_timeout = target, out, store_timeout
         self.nonce = secrets.token_hex(4)  # this run's canaries are new to every tier
-        self.planted: dict = {}  # salt -> the object keys it stored (removed from every tier at the end)
+        # salt -> {host: the Spark that stored it, keys, removed: the shared adapters it is already out of}
+        self.planted: dict = {}
         self._count = 0
 
     # --- the canary's own entries -------------------------------------------------------------------------
@@ -86,21 +87,27 @@ class Canary:
         call = f"forget({self.t.lmcache_url(host)!r}, {keys!r}, {tier!r}, {adapter!r})"
         self.t.nodes[host].python(_PROBES, call, timeout=60)
 
+    def unshare(self, salt: str, adapters) -> None:
+        """Remove a canary from shared tiers through the Spark that stored it, once per adapter. LMCache counts the
+        bytes each of its adapters holds per server (health's L2_STORES_FAILING compares them): removed through
+        another server, or twice, the counts of the two adapters would no longer agree."""
+        entry = self.planted[salt]
+        for adapter in adapters:
+            if adapter not in entry["removed"]:
+                self.forget(entry["host"], entry["keys"], "l2", adapter)
+                entry["removed"].add(adapter)
+
     def remove_all(self) -> None:
         """Every canary's entries out of every Spark's DRAM and out of the shared tiers (best effort, never raises:
         an entry left behind costs a little space and is evicted like any other)."""
         shared = [a for a in (self.t.l2_name, self.t.l3_name) if a]
-        for salt, keys in self.planted.items():
-            shared_done = not shared
-            for host in self.t.nodes:
-                try:
-                    self.forget(host, keys, "l1")
-                    if not shared_done:  # L2 and L3 are shared: one Spark removes the entries for all
-                        for adapter in shared:
-                            self.forget(host, keys, "l2", adapter)
-                        shared_done = True
-                except (NodeError, ValueError) as exc:
-                    self.out(f"  ! {host}: the canary {salt} could not be removed: {exc}")
+        for salt, entry in self.planted.items():
+            try:
+                self.unshare(salt, [a for a in shared if a not in entry["late"]])
+                for host in self.t.nodes:
+                    self.forget(host, entry["keys"], "l1")
+            except (NodeError, ValueError) as exc:
+                self.out(f"  ! the canary {salt} could not be removed everywhere: {exc}")
         self.planted.clear()
 
     def leftovers(self) -> list:
@@ -134,7 +141,8 @@ class Canary:
         cold, late, keys = planted["cold"], planted["late"], planted["keys"]
         if l3_path is None and self.t.l2_name and self.t.l2_name not in late:
             keys = self.l2_keys(host, salt)
-        self.planted[salt] = keys  # whatever happens next, these are removed at the end
+        # Whatever happens next, these are removed at the end (an adapter that stored nothing has nothing to remove).
+        self.planted[salt] = {"host": host, "keys": keys, "late": late, "removed": set()}
         if cold["cached_tokens"]:
             raise CanaryError(f"{host}: a new canary already had {cold['cached_tokens']} cached tokens")
         lowest = self.t.l3_name or self.t.l2_name
@@ -144,7 +152,7 @@ class Canary:
                 f"{self.store_timeout:.0f} s"
             )
         if not (lowest and lowest not in late):
-            keys = []
+            keys = self.planted[salt]["keys"] = []
         return planted["prompt"], salt, keys, cold, late
 
     def local(self, host: str) -> list:
@@ -166,7 +174,7 @@ class Canary:
             self.forget(host, keys, "l1")
             if tier == "l3" and self.t.l2_name and self.t.l2_name not in late:
                 try:
-                    self.forget(host, keys, "l2", self.t.l2_name)
+                    self.unshare(salt, [self.t.l2_name])
                 except NodeError as exc:  # L2 might still serve it: the L3 result would be a false miss
                     results += self._unverified(host, [tier], f"its L2 entries could not be removed first: {exc}")
                     continue
@@ -179,9 +187,7 @@ class Canary:
         persistent = [a for a in (self.t.l2_name, self.t.l3_name) if a]
         if persistent and not keys:
             raise CanaryError(f"its entries on {source_host} could not be listed (not stored in {', '.join(late)})")
-        for adapter in persistent:
-            if adapter not in late:  # an adapter that did not store it has nothing to remove
-                self.forget(source_host, keys, "l2", adapter)
+        self.unshare(salt, [a for a in persistent if a not in late])  # one that did not store it has nothing
         return self._load("l1", target, prompt, salt, cold, "p2p", source_host)
 
     def serve(self, host: str, prompt: str, salt: str) -> dict:

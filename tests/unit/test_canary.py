@@ -15,11 +15,13 @@ import pytest
 
 from kvtier.cluster import load_spec
 from kvtier.probes import health as h
+from kvtier.probes import lmcache
 from kvtier.proof import canary, nodes
 from kvtier.proof.target import Target
 from tests.unit._cluster_data import spec_dict
 
 CHUNK = 32
+CHUNK_BYTES = 32768  # one chunk's KV, the same on every adapter
 
 
 class Cluster:
@@ -41,6 +43,8 @@ class StandInSpark:
         self.l2_broken, self.p2p_broken = l2_broken, p2p_broken
         self.dram = set()
         self.counters = {"l1_hit": 0, "loads": {"resp": 0, "fs": 0, "p2p": 0}, "stores": {"resp": 0, "fs": 0}}
+        # Bytes each adapter holds as this server counts them: what it stored, less what was removed through it.
+        self.usage = {"resp": 0, "fs": 0}
         self.requests = []
         self.lock = threading.Lock()
 
@@ -62,7 +66,7 @@ class StandInSpark:
                 ("fs", self.cluster.l3_has),
                 ("p2p", lambda k: not self.p2p_broken and any(k in p.dram for p in peers)),
             ]
-            cached = 0
+            cached, found = 0, 0
             for tier, has in tiers:
                 if keys and has(keys[0]):
                     found = next((i for i, k in enumerate(keys) if not has(k)), len(keys))
@@ -73,12 +77,16 @@ class StandInSpark:
                         self.counters["loads"][tier] += 1
                     break
             self.dram.update(keys)
-            if not self.l2_broken:
-                self.cluster.l2.update(keys)
+            new = keys[found:]  # LMCache stores the chunks no tier served, not what it loaded
+            if new and not self.l2_broken:
+                self.cluster.l2.update(new)
                 self.counters["stores"]["resp"] += 1
-            for digest, key_salt in keys:
+                self.usage["resp"] += CHUNK_BYTES * len(new)
+            for digest, key_salt in new:
                 (self.cluster.l3_dir / f"tiny@0x01000000@0@{digest}@{key_salt}.data").write_bytes(b"kv")
-            self.counters["stores"]["fs"] += 1
+            if new:
+                self.counters["stores"]["fs"] += 1
+                self.usage["fs"] += CHUNK_BYTES * len(new)
             return {"usage": {"prompt_tokens": tokens, "prompt_tokens_details": {"cached_tokens": cached}}}
 
     def metrics(self):
@@ -86,6 +94,7 @@ class StandInSpark:
         lines = [f"lmcache_mp_lookup_hit_l1_tokens_total {c['l1_hit']}"]
         lines += [f'lmcache_mp_l2_load_completed_requests_total{{l2_name="{a}"}} {n}' for a, n in c["loads"].items()]
         lines += [f'lmcache_mp_l2_store_completed_requests_total{{l2_name="{a}"}} {n}' for a, n in c["stores"].items()]
+        lines += [f'lmcache_mp_l2_usage_bytes{{l2_name="{a}"}} {n}' for a, n in self.usage.items()]
         return "\n".join(lines) + "\n"
 
     def delete(self, body):
@@ -96,10 +105,13 @@ class StandInSpark:
             elif body.get("adapter") == "resp":
                 if self.l2_broken:
                     return {"deleted": 0, "skipped": 0, "ok": False, "error": "not connected"}
+                self.usage["resp"] -= CHUNK_BYTES * len(keys & self.cluster.l2)
                 self.cluster.l2 -= keys
             elif body.get("adapter") == "fs":
                 for digest, salt in keys:
-                    (self.cluster.l3_dir / f"tiny@0x01000000@0@{digest}@{salt}.data").unlink(missing_ok=True)
+                    path = self.cluster.l3_dir / f"tiny@0x01000000@0@{digest}@{salt}.data"
+                    self.usage["fs"] -= CHUNK_BYTES if path.exists() else 0
+                    path.unlink(missing_ok=True)
         return {"deleted": len(keys), "skipped": 0, "ok": True}
 
     def handler(self):
@@ -184,6 +196,11 @@ def test_every_tier_of_every_spark_is_proven_and_nothing_else_is_touched(cluster
     assert not cluster.sparks["spark02"].dram
     assert [p.name for p in cluster.l3_dir.iterdir()] == [f"tiny@0x01000000@0@{'c' * 64}.data"]
     assert all(salt.startswith("kvtier-canary-") for s in cluster.sparks.values() for salt in s.requests)
+    # Each server's adapters still agree on the bytes they hold: health after the canaries names no black hole.
+    for name, spark in cluster.sparks.items():
+        summary = lmcache.lmcache_summary(lmcache.parse_prometheus(spark.metrics()))
+        assert spark.usage == {"resp": 0, "fs": 0}
+        assert h.store_gap_checks(name, summary, {"adapters": {"l2": "resp", "l3": "fs"}}) == []
 
 
 def test_a_broken_l2_adapter_is_named_on_its_spark_and_the_rest_still_proven(cluster):
