@@ -250,10 +250,10 @@ class Canary:
         ]
 
     def run(self, hosts=None) -> list:
-        """Canaries for every tier the cluster has, on every Spark (or `hosts`); health checks."""
-        hosts = list(hosts or self.t.nodes)
+        """Canaries for every tier the cluster has, on every Spark (or on `hosts`, the ones that serve); health
+        checks. A P2P canary is computed on the next of those Sparks."""
+        hosts = list(self.t.nodes) if hosts is None else list(hosts)
         local = ["l0"] + (["l2"] if self.t.l2_name else []) + (["l3"] if self.t.l3_name else [])
-        sparks = list(self.t.nodes)
         results = []
         try:
             for host in hosts:
@@ -261,9 +261,12 @@ class Canary:
                     results += self.local(host)
                 except (ProofError, NodeError, ValueError) as exc:
                     results += self._unverified(host, local, str(exc))
-            if self.t.spec.has("l1_p2p") and len(sparks) > 1:
+            if self.t.spec.has("l1_p2p") and len(self.t.nodes) > 1:
                 for target in hosts:
-                    source_host = sparks[(sparks.index(target) + 1) % len(sparks)]
+                    if len(hosts) < 2:
+                        results += self._unverified(target, ["l1"], "no other serving Spark to compute it on")
+                        continue
+                    source_host = hosts[(hosts.index(target) + 1) % len(hosts)]
                     try:
                         results.append(self.peer(source_host, target))
                     except (ProofError, NodeError, ValueError) as exc:

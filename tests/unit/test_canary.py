@@ -292,3 +292,11 @@ def test_the_module_refuses_a_salt_lmcache_would_refuse_and_sends_nothing_in_che
     assert missing["failed"] and "needs prompt" in missing["msg"]
     checked = run_module(capsys, check_mode=True, action="plant", salt="kvtier-canary-x", chunk_size=CHUNK, **common)
     assert checked["changed"] is False and not cluster.sparks["spark01"].requests
+
+
+def test_with_one_serving_spark_the_p2p_canary_says_why_it_did_not_run(cluster):
+    results = canary.Canary(cluster.target, out=lambda _: None).run(["spark02"])
+    assert {c["host"] for c in results} == {"spark02"}
+    p2p = by_tier(results, "spark02")["l1_p2p"]
+    assert p2p["status"] == h.UNVERIFIED and "no other serving Spark" in p2p["reason"]
+    assert canary.Canary(cluster.target, out=lambda _: None).run([]) == []
