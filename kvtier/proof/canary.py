@@ -72,16 +72,21 @@ class Canary:
             "lmcache_metrics": lmcache_http + "/metrics",
         }
 
-    def l2_keys(self, host: str, salt: str) -> list:
-        """The canary's object keys in L2 (SCAN as its admin user), for a cluster without L3 to list them from."""
+    def l2_scan(self, host: str, pattern: str) -> list:
+        """L2 keys matching `pattern`, read from `host` as L2's admin user (the LMCache user may not SCAN)."""
         l2 = self.t.spec.l2
-        if l2 is None or not self.t.l2_admin_password:
-            raise CanaryError("the canary's entries cannot be listed: no L3, and no L2 admin password in the inventory")
         call = (
-            f"[salted_object_key(k, {salt!r}) for k in matching_keys({l2.host!r}, {l2.port!r}, "
-            f"{self.t.l2_admin_user!r}, {self.t.l2_admin_password!r}, {'*@' + salt!r})]"
+            f"matching_keys({l2.host!r}, {l2.port!r}, {self.t.l2_admin_user!r}, {self.t.l2_admin_password!r}, "
+            f"{pattern!r})"
         )
-        return [k for k in self.t.nodes[host].python(_PROBES, call, timeout=60) if k]
+        return self.t.nodes[host].python(_PROBES, call, timeout=60)
+
+    def l2_keys(self, host: str, salt: str) -> list:
+        """The canary's object keys in L2, for a cluster without L3 to list them from."""
+        if self.t.spec.l2 is None or not self.t.l2_admin_password:
+            raise CanaryError("the canary's entries cannot be listed: no L3, and no L2 admin password in the inventory")
+        keys = (lmcache_probe.salted_object_key(k, salt) for k in self.l2_scan(host, "*@" + salt))
+        return [k for k in keys if k]
 
     def forget(self, host: str, keys: list, tier: str, adapter: str | None = None) -> None:
         call = f"forget({self.t.lmcache_url(host)!r}, {keys!r}, {tier!r}, {adapter!r})"
@@ -118,12 +123,7 @@ class Canary:
             call = f"[n for n in os.listdir({spec.l3.path!r}) if '@kvtier-canary-' in n]"
             found += self.t.nodes[via].python(_PROBES, call, timeout=60)
         if spec.l2 is not None and self.t.l2_admin_password:
-            l2 = spec.l2
-            call = (
-                f"matching_keys({l2.host!r}, {l2.port!r}, {self.t.l2_admin_user!r}, {self.t.l2_admin_password!r}, "
-                f"'*@kvtier-canary-*')"
-            )
-            found += self.t.nodes[via].python(_PROBES, call, timeout=60)
+            found += self.l2_scan(via, "*@kvtier-canary-*")
         return found
 
     # --- the canaries -------------------------------------------------------------------------------------

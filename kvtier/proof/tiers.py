@@ -117,9 +117,9 @@ class Proof:
                 raise ProofError(f"{host} not ready after {self.ready_timeout:.0f} s: {'; '.join(result['problems'])}")
             time.sleep(3)
 
-    def complete(self, host: str, prompt: str, salt: str = "") -> dict:
+    def complete(self, host: str, prompt: str) -> dict:
         """Send the prompt to the Spark's vLLM (from the node itself); its answer, or ProofError."""
-        call = f"complete({self.t.vllm_url(host)!r}, {self.t.model!r}, {prompt!r}, 600.0, {salt!r})"
+        call = f"complete({self.t.vllm_url(host)!r}, {self.t.model!r}, {prompt!r}, 600.0)"
         reply = self.t.nodes[host].python(_LMCACHE, call, timeout=660)
         if reply["status"] == 200:
             return reply
@@ -128,10 +128,10 @@ class Proof:
         )
         raise EngineFailed(host, message) if reply["status"] >= 500 else ProofError(message)
 
-    def measured(self, host: str, prompt: str, salt: str = "") -> tuple:
+    def measured(self, host: str, prompt: str) -> tuple:
         """(vLLM's answer, counters before, counters after) of one request."""
         before = self.counters(host)
-        reply = self.complete(host, prompt, salt)
+        reply = self.complete(host, prompt)
         return reply, before, self.counters(host)
 
     def wait_stored(self, host: str, before: dict, timeout: float = 120) -> None:

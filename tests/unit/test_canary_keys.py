@@ -71,7 +71,7 @@ class _ObjectsApi(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def objects_api():
-    _ObjectsApi.seen = []
+    _ObjectsApi.seen, _ObjectsApi.answer = [], {"deleted": 2, "skipped": 0, "ok": True}
     server = http.server.HTTPServer(("127.0.0.1", 0), _ObjectsApi)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     yield f"http://127.0.0.1:{server.server_port}", _ObjectsApi
@@ -94,4 +94,3 @@ def test_a_failed_removal_is_an_error_not_silence(objects_api):
     api.answer = {"deleted": 0, "skipped": 0, "ok": False, "error": "connection refused"}
     with pytest.raises(lmcache.ProbeError, match="connection refused"):
         lmcache.forget(url, [], "l2", "resp")
-    api.answer = {"deleted": 2, "skipped": 0, "ok": True}
