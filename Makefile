@@ -6,11 +6,12 @@ VENV ?= $(CURDIR)/.venv
 export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
-# Role scenarios: container ones (podman), then VM ones (QEMU/TCG), one at a time: on two cores, parallel
-# TCG guests and vLLM starts starve each other. Scenarios run stock Ansible, except MITOGEN_SCENARIOS (below),
+# make test (scripts/test.sh): two tracks side by side, the VM scenarios (QEMU/TCG, one at a time: two TCG
+# guests on two cores starve each other) beside lint, pytest, resolve-spark and the container scenarios (podman).
+# Scenarios run stock Ansible, except MITOGEN_SCENARIOS (below),
 # which run Mitogen's strategy as the lab does (kvtier/lab/strategy.py; KVTIER_LAB_MITOGEN=0 turns it off);
 # `molecule test` by hand runs stock Ansible. Then the one serving cluster of the suite, the lab
-# (`kvtier lab test`): site.yml, site.yml again with nothing changed, the tier proof and every other check
+# (`kvtier lab test`): site.yml, site.yml again with nothing changed, the canaries (the tier proof) and every other check
 # that needs a serving cluster, each a named stage, then `lab down`.
 CONTAINER_SCENARIOS ?= kv_store_valkey kv_store_invalid
 VM_SCENARIOS ?= nvme_raid_safety roce_netplan
@@ -25,11 +26,11 @@ LOG_DIR ?= $(CURDIR)/.cache/logs
 
 help:
 	@echo "make lab   - provision the local lab with playbooks/site.yml and show the tiers working"
-	@echo "make test  - everything CI runs: lint, unit tests, the role scenarios (kv_store, storage VMs), then the lab cluster's stages"
-	@echo "make test-lab - the lab cluster's stages alone (kvtier lab test): site.yml twice, tier proof, health, benches,"
+	@echo "make test  - everything CI runs: the VM scenarios beside lint, unit tests, resolve-spark and the container scenarios, then the lab cluster's stages"
+	@echo "make test-lab - the lab cluster's stages alone (kvtier lab test): site.yml twice, health, canaries, benches,"
 	@echo "               storage reboot, L2 fault, lab down"
 	@echo "               (kvtier lab test --day2 adds the rolling restart, persistence check and spec change under a client stream)"
-	@echo "make test-vm - the QEMU/TCG VM scenario: nvme_raid_safety (the storage safety gates)"
+	@echo "make test-vm - the QEMU/TCG VM scenarios: nvme_raid_safety (the storage safety gates), roce_netplan"
 	@echo "make resolve-spark - resolve the GPU packages for a DGX Spark (aarch64, CPython 3.12) and check every requirement"
 	@echo "make lint | unit | molecule SCENARIO=name | molecule MOLECULE_SCENARIOS='a b'  - narrower targets"
 
@@ -40,11 +41,7 @@ lab: bootstrap
 	kvtier lab up
 
 test: bootstrap
-	@set -eo pipefail; start=$$(date +%s); mkdir -p $(LOG_DIR); rm -f $(LOG_DIR)/.times; \
-	for target in lint unit resolve-spark molecule lab-test; do \
-	  t=$$(date +%s); $(MAKE) --no-print-directory $$target; echo "$$target $$(( $$(date +%s) - t ))" >> $(LOG_DIR)/.times; \
-	done; \
-	echo "==> make test passed in $$(( $$(date +%s) - start )) s:"; sed 's/^/    /; s/$$/ s/' $(LOG_DIR)/.times; rm -f $(LOG_DIR)/.times
+	@CONTAINER_SCENARIOS="$(CONTAINER_SCENARIOS)" VM_SCENARIOS="$(VM_SCENARIOS)" LOG_DIR="$(LOG_DIR)" ./scripts/test.sh
 
 test-lab: bootstrap
 	$(MAKE) lab-test

@@ -169,7 +169,7 @@ class TtftBench:
         reply = self.request(host, prompt)
         after = self.counters(host)
         if adapter:
-            moved = _loads(after, adapter) - _loads(before, adapter)
+            moved = proof_tiers.loads(after, adapter) - proof_tiers.loads(before, adapter)
         else:
             moved = after["l1_hit_tokens"] - before["l1_hit_tokens"]
         return self._point("tiers", host, reply, tier, context=size, iteration=i, counter_moved=moved)
@@ -260,10 +260,6 @@ class EndpointBench(TtftBench):
         result = super().run(host, sizes, sweeps, rates)
         result["machine"] = dict(result["machine"], measured_from="the controller (a client of the endpoint)")
         return result
-
-
-def _loads(summary: dict, adapter: str) -> int:
-    return summary["l2"].get(adapter, {}).get("loads", 0)
 
 
 def summarize(points: list) -> list:

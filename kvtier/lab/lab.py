@@ -32,6 +32,7 @@ from kvtier.lab.runner import run_playbook
 from kvtier.lab.stages import StageFailed, Stages
 from kvtier.probes import cpu as cpu_probe
 from kvtier.probes import health as health_probe
+from kvtier.probes import warmup as warmup_probe
 from kvtier.proof import canary, nodes, target, tiers
 from kvtier.vm import host, image
 
@@ -388,7 +389,38 @@ def _canaries(out) -> str:
     return f"{len(found)} canaries OK in {seconds:.1f} s, none left in L2 or L3, health clean after them"
 
 
-def _l2_came_back(out, under_stream: bool = False) -> str:
+def _storage_reboot(out, kept: dict) -> str:
+    """Each Spark computes a new prompt and stores it in the persistent tiers, then tests/lab/storage_reboot.yml
+    reboots the storage node. `kept` gets each Spark's prompt: the L2-fault stage replays it once every Spark's
+    LMCache has restarted too, when only the NVMe pool can still hold it."""
+    proof = tiers.Proof(proof_target(), out=out)
+    for spark in proof.t.nodes:
+        prompt = proof.prompt(spark, "stored before the storage node's reboot")
+        _, before, _ = proof.measured(spark, prompt)
+        proof.wait_stored(spark, before)
+        kept[spark] = prompt
+    return _lab_playbook(out, "storage_reboot.yml")
+
+
+def _l3_kept(out, kept: dict) -> str:
+    """The prompts stored before the storage node's reboot, replayed after it (L2 emptied) and after each Spark's
+    LMCache restarted (DRAM emptied): every whole chunk is served, and LMCache's L3 adapter counts the loads."""
+    proof = tiers.Proof(proof_target(), out=out)
+    l3, chunk = proof.t.l3_name, proof.t.spec.lmcache.chunk_size
+    served, missed = [], []
+    for spark, prompt in kept.items():
+        reply, before, after = proof.measured(spark, prompt)
+        loads = tiers.loads(after, l3) - tiers.loads(before, l3)
+        wanted = warmup_probe.cacheable_tokens(reply["prompt_tokens"], chunk)
+        line = f"{spark} {reply['cached_tokens']} of {wanted} tokens, {l3} loads {loads}"
+        out(f"  {line}")
+        (served if reply["cached_tokens"] >= wanted and loads > 0 else missed).append(line)
+    if missed:
+        raise StageFailed("the NVMe pool did not keep the cache through the restarts: " + "; ".join(missed))
+    return "; ".join(served)
+
+
+def _l2_came_back(out, under_stream: bool = False, kept: dict | None = None) -> str:
     """After the storage node's reboot emptied and restarted L2: requests keep succeeding, health names the broken
     LMCache adapter on every Spark (L2_RESTARTED_UNDER_LMCACHE, L2_STORES_FAILING where the counters show it, and a
     canary's L2 step), playbooks/repair_lmcache.yml restores it, health is clean."""
@@ -424,11 +456,12 @@ def _l2_came_back(out, under_stream: bool = False) -> str:
     if errors:
         raise StageFailed("after repair_lmcache.yml: " + ", ".join(errors))
     codes = sorted({c["code"] for c in seen if c["tier"] == "l2" and c["status"] == health_probe.ERR})
+    survived = f"; L3 kept the cache through both restarts: {_l3_kept(out, kept)}" if kept else ""
     return (
         f"L2_RESTARTED_UNDER_LMCACHE on {len(named)}, L2_STORES_FAILING on {len(failing)} Spark(s), canaries "
         f"{'/'.join(codes)} on {len(l2_caught)}; "
         f"0 of {len(times)} requests failed (slowest {max(times, default=0):.2f} s); repaired behind the router "
-        f"({repaired}), no ERR"
+        f"({repaired}), no ERR{survived}"
     )
 
 
@@ -581,9 +614,11 @@ def test(out=print, keep: bool = False, day2: bool = False) -> int:
         stages.run("site.yml --check --diff (fresh hosts)", _site, out, check=True)
         stages.run("site.yml", _site, out)
         stages.run("site.yml again (changes nothing)", _site, out, idempotent=True)
-        stages.run("tier proof (every Spark, every tier)", _prove, out)
+        # Every tier of every Spark is proven by the canaries (the tier proof's claim, without restarting
+        # anything); the tier proof's other claim, the NVMe pool keeping the cache through restarts, is proven
+        # after the storage node's reboot and the LMCache restarts of the L2-fault stage.
         stages.run("health (every check of every node)", _health, out)
-        stages.run("health canaries (every tier through LMCache, nothing left)", _canaries, out)
+        stages.run("health canaries: every tier of every Spark, nothing left", _canaries, out)
         stages.run(f"idle Sparks ({IDLE_SECONDS:.0f} s)", _idle, out)
         stages.run("no peer-lookup timeouts", _lookup_timeouts, out, began)
         stages.run("warmup twice, TTFT and storage bench (small)", _warmup_and_bench, out)
@@ -592,8 +627,9 @@ def test(out=print, keep: bool = False, day2: bool = False) -> int:
             stages.run("spec change one Spark at a time (client stream)", _spec_change, out)
         # The storage node's own checks come last: its reboot empties L2 under the Sparks. Then a client mounts
         # the export that came back.
-        stages.run("storage node reboot (array, link, export come back)", _lab_playbook, out, "storage_reboot.yml")
-        stages.run("fault: L2 restarted under LMCache (health, repair)", _l2_came_back, out, day2)
+        kept = {}  # a prompt per Spark, stored before the reboot and replayed after the L2 repair
+        stages.run("storage node reboot (array, link, export come back)", _storage_reboot, out, kept)
+        stages.run("fault: L2 restarted under LMCache (health, repair, L3 kept)", _l2_came_back, out, day2, kept)
         stages.run("NFS/RDMA client role (the export after the reboot)", _lab_playbook, out, "nfs_client.yml")
     except _LAB_ERRORS as exc:
         out(f"\n  {exc}")

@@ -246,13 +246,13 @@ class Proof:
             self.clear_dram(host)
             reply, base, after = self.measured(host, prompt)
             l2 = self.t.l2_name
-            hit("l2", f"l2_name={l2} loads", _loads(after, l2) - _loads(base, l2), reply)
+            hit("l2", f"l2_name={l2} loads", loads(after, l2) - loads(base, l2), reply)
         if "l3" in tiers:
             self.flush_l2(host)
             self.restart_lmcache(host)
             reply, base, after = self.measured(host, prompt)  # a new process: its counters start at zero
             l3 = self.t.l3_name
-            hit("l3", f"l2_name={l3} loads (after a restart)", _loads(after, l3) - _loads(base, l3), reply)
+            hit("l3", f"l2_name={l3} loads (after a restart)", loads(after, l3) - loads(base, l3), reply)
         return hits
 
     def peer(self, source: str, target: str, attempt: int = 1) -> Hit:
@@ -267,7 +267,7 @@ class Proof:
         if marker:
             self.remove_l3_since(source, marker)
         reply, base, after = self.measured(target, prompt)
-        others = {a: _loads(after, a) - _loads(base, a) for a in (self.t.l2_name, self.t.l3_name) if a}
+        others = {a: loads(after, a) - loads(base, a) for a in (self.t.l2_name, self.t.l3_name) if a}
         if any(others.values()):
             raise ProofError(f"{target}: the P2P prompt was also loaded from {others}: L2/L3 were not emptied")
         hit = Hit(
@@ -276,7 +276,7 @@ class Proof:
             reply["cached_tokens"],
             reply["prompt_tokens"],
             "l2_name=p2p loads",
-            _loads(after, "p2p") - _loads(base, "p2p"),
+            loads(after, "p2p") - loads(base, "p2p"),
             reply["seconds"],
             cold["seconds"],
             source,
@@ -324,7 +324,8 @@ class Proof:
         return hits
 
 
-def _loads(summary: dict, adapter: str) -> int:
+def loads(summary: dict, adapter: str) -> int:
+    """Loads LMCache counted on one of its L2 adapters (fs, resp, p2p ...)."""
     return summary["l2"].get(adapter, {}).get("loads", 0)
 
 
