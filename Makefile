@@ -7,7 +7,8 @@ export PATH := $(VENV)/bin:$(PATH)
 export ANSIBLE_CONFIG := $(CURDIR)/ansible.cfg
 
 # make test (scripts/test.sh): two tracks side by side, the VM scenarios (QEMU/TCG, one at a time: two TCG
-# guests on two cores starve each other) beside lint, pytest, resolve-spark and the container scenarios (podman).
+# guests on two cores starve each other) beside lint, pytest, the container scenarios (podman) and resolve-spark;
+# the lab starts when the checks end, beside the last VM scenario.
 # Scenarios run stock Ansible, except MITOGEN_SCENARIOS (below),
 # which run Mitogen's strategy as the lab does (kvtier/lab/strategy.py; KVTIER_LAB_MITOGEN=0 turns it off);
 # `molecule test` by hand runs stock Ansible. Then the one serving cluster of the suite, the lab
@@ -26,9 +27,9 @@ LOG_DIR ?= $(CURDIR)/.cache/logs
 
 help:
 	@echo "make lab   - provision the local lab with playbooks/site.yml and show the tiers working"
-	@echo "make test  - everything CI runs: the VM scenarios beside lint, unit tests, resolve-spark and the container scenarios, then the lab cluster's stages"
+	@echo "make test  - everything CI runs: the VM scenarios beside lint, unit tests, resolve-spark and the container scenarios, then beside the lab cluster's stages"
 	@echo "make test-lab - the lab cluster's stages alone (kvtier lab test): site.yml twice, health, canaries, benches,"
-	@echo "               storage reboot, L2 fault, lab down"
+	@echo "               storage reboot (and the NFS/RDMA client), L2 fault, lab down"
 	@echo "               (kvtier lab test --day2 adds the rolling restart, persistence check and spec change under a client stream)"
 	@echo "make test-vm - the QEMU/TCG VM scenarios: nvme_raid_safety (the storage safety gates), roce_netplan"
 	@echo "make resolve-spark - resolve the GPU packages for a DGX Spark (aarch64, CPython 3.12) and check every requirement"

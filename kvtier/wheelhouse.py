@@ -193,6 +193,10 @@ def _resolve_once(packages, tgt: dict, python: str | None) -> dict:
         report_path = os.path.join(tmp, "report.json")
         _run(
             [python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report", report_path]
+            # An index without PEP 658 metadata files (some mirrors) makes pip download every wheel to read its
+            # requirements: ~10 GB for the CUDA closure. Range requests read only each wheel's METADATA; pip falls
+            # back to the whole wheel where a server does not serve ranges.
+            + ["--use-feature=fast-deps"]
             + ["--target", os.path.join(tmp, "target"), *foreign_args(tgt), *packages],
             f"resolving {' '.join(packages)} for {tgt['python']}/{tgt['machine']} (pip install --dry-run)",
         )

@@ -1,14 +1,15 @@
 #!/usr/bin/env bash
 # `make test`: everything CI runs, after `make bootstrap`.
 #
-# Two tracks side by side, then the lab alone. The role scenarios on QEMU/TCG VMs keep one core busy for most
-# of their ~14 minutes while the controller waits on the guest; the checks that need no VM (lint, pytest, the
-# DGX Spark package resolution, the container scenarios) take about as long on the other core. The lab cluster
-# runs last and alone: its vLLM starts and its TCG storage guest need both cores.
+# Two tracks side by side. The role scenarios on QEMU/TCG VMs keep one core busy while the controller waits on
+# the guest; beside them, on the other core, the checks that need no VM (lint, pytest, the container scenarios,
+# and the DGX Spark package resolution, which mostly waits on the index). The lab cluster starts when the checks
+# end: its first stages (the storage guest's boot, check mode) are one TCG guest as well, beside the last VM
+# scenario; its later stages (vLLM starts, the Sparks' installs) have both cores to themselves.
 #
 # Each track runs to its end even when the other one failed (a killed scenario would leave its VM behind), and
-# both are reported. The checks track prints as it goes; the VM track's output goes to its log and is printed
-# when it ends. Per-scenario logs stay in $LOG_DIR.
+# all are reported; the lab runs only if the checks passed. The checks and the lab print as they go; the VM
+# track's output goes to its log and is printed when it ends. Per-scenario logs stay in $LOG_DIR.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,38 +30,59 @@ step() {
   echo "$name $(($(date +%s) - began))" >> "$TIMES"
 }
 
+# resolve-spark mostly waits on the package index (HTTP range requests for each wheel's metadata), so it runs
+# beside the rest of its track; its output is printed when the track joins it.
 checks_track() {
+  local resolve_log=$LOG_DIR/resolve-spark.log resolve_pid ok=1
+  step resolve-spark "$MAKE" --no-print-directory resolve-spark > "$resolve_log" 2>&1 &
+  resolve_pid=$!
   step lint "$MAKE" --no-print-directory lint &&
     step unit "$MAKE" --no-print-directory unit &&
-    step resolve-spark "$MAKE" --no-print-directory resolve-spark &&
-    step "container scenarios" "$MAKE" --no-print-directory molecule MOLECULE_SCENARIOS="$CONTAINER_SCENARIOS"
+    step "container scenarios" "$MAKE" --no-print-directory molecule MOLECULE_SCENARIOS="$CONTAINER_SCENARIOS" ||
+    ok=0
+  echo "==> resolve-spark (beside lint, unit and the container scenarios; log: $resolve_log):"
+  wait "$resolve_pid" || { ok=0; echo "==> FAILED: resolve-spark"; }
+  cat "$resolve_log"
+  [ "$ok" = 1 ]
 }
 
 vm_track() {
-  step "VM scenarios" "$MAKE" --no-print-directory molecule MOLECULE_SCENARIOS="$VM_SCENARIOS"
+  step "VM scenarios (beside the checks, then the lab)" "$MAKE" --no-print-directory molecule MOLECULE_SCENARIOS="$VM_SCENARIOS"
 }
 
 started=$(date +%s)
 vm_log=$LOG_DIR/vm-scenarios.log
-echo "==> VM scenarios ($VM_SCENARIOS) run beside the checks; their output: $vm_log"
+echo "==> VM scenarios ($VM_SCENARIOS) run beside the checks (then beside the lab's start); their output: $vm_log"
 vm_track > "$vm_log" 2>&1 &
 vm_pid=$!
 
+report_vm_track() {
+  echo "==> the VM scenarios' output ($vm_log):"
+  cat "$vm_log"
+}
+
 checks_ok=1
 checks_track || checks_ok=0
-vm_ok=1
-wait "$vm_pid" || vm_ok=0
-
-echo "==> the VM scenarios' output ($vm_log):"
-cat "$vm_log"
-if [ "$checks_ok" = 0 ] || [ "$vm_ok" = 0 ]; then
-  [ "$checks_ok" = 0 ] && echo "==> FAILED: the checks track (lint, unit, resolve-spark or a container scenario; above)"
-  [ "$vm_ok" = 0 ] && echo "==> FAILED: the VM scenarios (above)"
+if [ "$checks_ok" = 0 ]; then
+  wait "$vm_pid" || true
+  report_vm_track
+  echo "==> FAILED: the checks track (lint, unit, resolve-spark or a container scenario; above); the lab did not run"
   exit 1
 fi
-echo "two tracks $(($(date +%s) - started))" >> "$TIMES"
+echo "checks track $(($(date +%s) - started))" >> "$TIMES"
 
-step lab "$MAKE" --no-print-directory lab-test
+# The lab starts as soon as the checks end: its first stages (the storage guest's boot, check mode) keep one core
+# busy, beside the VM track's last scenario on the other.
+lab_ok=1
+step lab "$MAKE" --no-print-directory lab-test || lab_ok=0
+vm_ok=1
+wait "$vm_pid" || vm_ok=0
+report_vm_track
+if [ "$lab_ok" = 0 ] || [ "$vm_ok" = 0 ]; then
+  [ "$vm_ok" = 0 ] && echo "==> FAILED: the VM scenarios (above)"
+  [ "$lab_ok" = 0 ] && echo "==> FAILED: the lab (its closing table, above the VM scenarios' output)"
+  exit 1
+fi
 
 echo "==> make test passed in $(($(date +%s) - started)) s:"
 sed 's/^/    /; s/$/ s/' "$TIMES"

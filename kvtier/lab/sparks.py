@@ -104,17 +104,20 @@ def lab_containers() -> list[str]:
 
 def remove() -> list[str]:
     """Remove every lab container and the L3 volume; returns what was removed."""
-    removed = []
-    for name in lab_containers():
+    names = lab_containers()
+    left = names
+    # One podman call for all of them: podman stops them in parallel (each may take its whole --time).
+    for _attempt in range(6):
+        if not left:
+            break
+        proc = _podman("rm", "--force", "--time", "10", *left, check=False)
         # A container whose vLLM is still freeing gigabytes can outlast podman's wait after SIGKILL: retry.
-        for _attempt in range(6):
-            proc = _podman("rm", "--force", "--time", "10", name, check=False)
-            if proc.returncode == 0 or _podman("container", "exists", name, check=False).returncode != 0:
-                break
+        left = [name for name in left if _podman("container", "exists", name, check=False).returncode == 0]
+        if left:
             time.sleep(5)
-        else:
-            raise fabric.FabricError(f"podman rm {name}: {proc.stderr.strip()}")
-        removed.append(f"container {name}")
+    if left:
+        raise fabric.FabricError(f"podman rm {' '.join(left)}: {proc.stderr.strip()}")
+    removed = [f"container {name}" for name in names]
     if volume_exists():
         proc = _podman("volume", "rm", "--force", VOLUME, check=False)
         # After a host reboot podman can fail to free the volume's lock and still remove it: judge by the result.

@@ -81,6 +81,11 @@ chroot "$R" systemctl enable systemd-networkd ssh
 # Servers the roles configure and enable themselves: not started at every boot of every test VM (under TCG each
 # one costs boot time, and a server running with its packaged defaults is not what a test host should have).
 chroot "$R" systemctl disable redis-server haproxy
+# Housekeeping a test VM never needs, each seconds of guest CPU at every boot under TCG: e2scrub's LVM snapshot
+# reaper (no LVM here), modules for devices QEMU does not give it (no display, no EFI, no FUSE), and the apt and
+# man-db timers (a daily apt run holding the dpkg lock would stall a role's package task).
+chroot "$R" systemctl mask e2scrub_reap.service e2scrub_all.timer modprobe@drm.service modprobe@efi_pstore.service \
+  modprobe@fuse.service apt-daily.timer apt-daily-upgrade.timer man-db.timer dpkg-db-backup.timer
 # Root logs in by key only.
 printf 'PermitRootLogin prohibit-password\nPasswordAuthentication no\nUseDNS no\n' \
   > "$R/etc/ssh/sshd_config.d/kvtier.conf"
