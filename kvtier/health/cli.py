@@ -41,6 +41,14 @@ def _cmd_health(args: argparse.Namespace) -> int:
     return h.exit_status(results)
 
 
+def command(kvtier: str, inventory: str, textfile: str, canary: bool = False, vault_password_file: str = "") -> list:
+    """The argv of a health run that writes the textfile (roles/health_timer's unit runs it)."""
+    argv = [kvtier, "health", "-i", inventory, "--prometheus", textfile]
+    if vault_password_file:
+        argv += ["--vault-password-file", vault_password_file]
+    return argv + (["--canary"] if canary else [])
+
+
 def register(sub) -> None:
     p = sub.add_parser("health", help="check every tier of a running cluster (read-only): status, code, fix")
     p.add_argument("-i", "--inventory", required=True, help="the inventory the cluster was provisioned with")
