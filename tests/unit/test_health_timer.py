@@ -4,49 +4,34 @@ The command line is the CLI's own (kvtier.health.cli.command), so the unit canno
 
 import argparse
 import json
-import os
 import pathlib
 import subprocess
-import sys
 
 import pytest
 
 from kvtier.health import cli
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from ._playbook import results, run_json
+
 UNITS = ("kvtier-health.service", "kvtier-health.timer")
 
 
 def run_check(tmp_path, **extravars):
     """(return code, {unit file name: text it would write}, failure messages) of a --check --diff run."""
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
-        ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.json",
-        ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_DEPRECATION_WARNINGS="false",
-        ANSIBLE_LOCALHOST_WARNING="false",
-    )
-    args = [str(pathlib.Path(sys.executable).parent / "ansible-playbook"), "playbooks/health_timer.yml"]
     # An inventory without hosts: localhost is then the implicit one (local, the playbook's own Python), as for an
     # operator whose inventory lists only the cluster.
     (tmp_path / "empty.yml").write_text("all: {}\n")
-    args += ["-i", str(tmp_path / "empty.yml"), "--check", "--diff", "-e", json.dumps(extravars)]
-    proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    report = json.loads(proc.stdout)
+    args = ["playbooks/health_timer.yml", "-i", tmp_path / "empty.yml", "--check", "--diff"]
+    rc, report = run_json(tmp_path, *args, "-e", json.dumps(extravars))
     written, failed = {}, []
-    for play in report["plays"]:
-        for task in play["tasks"]:
-            for result in task["hosts"].values():
-                if result.get("failed"):
-                    failed.append(str(result.get("msg")))
-                for item in result.get("results", [result]):
-                    dest = str(item.get("invocation", {}).get("module_args", {}).get("dest", ""))
-                    if dest.startswith("/etc/systemd/system/") and item.get("diff"):
-                        written[pathlib.Path(dest).name] = item["diff"][0]["after"]
-    return proc.returncode, written, failed
+    for result in results(report):
+        if result.get("failed"):
+            failed.append(str(result.get("msg")))
+        for item in result.get("results", [result]):
+            dest = str(item.get("invocation", {}).get("module_args", {}).get("dest", ""))
+            if dest.startswith("/etc/systemd/system/") and item.get("diff"):
+                written[pathlib.Path(dest).name] = item["diff"][0]["after"]
+    return rc, written, failed
 
 
 @pytest.fixture

@@ -12,6 +12,8 @@ import shutil
 import subprocess
 import sys
 
+from ._playbook import results, run_json
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 INVENTORIES = ROOT / "tests" / "fixtures" / "inventories"
 GOOD = INVENTORIES / "good"
@@ -19,29 +21,17 @@ GOOD = INVENTORIES / "good"
 
 def run_preflight(tmp_path, *inventories, extra=(), hardware=False):
     """(return code, the messages of every failed task) of one ansible-playbook run."""
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
-        ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.json",  # not profile_tasks: stdout stays JSON
-        ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_DEPRECATION_WARNINGS="false",
-    )
-    args = [str(pathlib.Path(sys.executable).parent / "ansible-playbook"), "playbooks/preflight.yml"]
+    args = ["playbooks/preflight.yml"]
     for inventory in inventories:
-        args += ["-i", str(inventory)]
+        args += ["-i", inventory]
     if not hardware:
         args += ["--skip-tags", "preflight_hardware"]
-    proc = subprocess.run([*args, *extra], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    report = json.loads(proc.stdout)
+    rc, report = run_json(tmp_path, *args, *extra)
     messages = []
-    for play in report["plays"]:
-        for task in play["tasks"]:
-            for result in task["hosts"].values():
-                if result.get("failed"):
-                    messages.extend(str(result.get("msg", "")).split("\n- ")[1:] or [str(result.get("msg"))])
-    return proc.returncode, messages
+    for result in results(report):
+        if result.get("failed"):
+            messages.extend(str(result.get("msg", "")).split("\n- ")[1:] or [str(result.get("msg"))])
+    return rc, messages
 
 
 def layered(tmp_path, case, **kwargs):

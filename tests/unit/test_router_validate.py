@@ -2,12 +2,11 @@
 settings fail with a message that says what to change, before anything on the router host changes."""
 
 import json
-import os
 import pathlib
-import subprocess
-import sys
 
 import pytest
+
+from ._playbook import results, run_json
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOOD = ROOT / "tests" / "fixtures" / "inventories" / "good"
@@ -16,28 +15,15 @@ PLAYBOOK = ROOT / "tests" / "fixtures" / "playbooks" / "router_validate.yml"
 
 def run(tmp_path, **extra):
     """(return code, failure messages, the backends it derived)."""
-    env = dict(
-        os.environ,
-        ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"),
-        ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
-        ANSIBLE_CALLBACKS_ENABLED="ansible.builtin.json",
-        ANSIBLE_CACHE_PLUGIN_CONNECTION=str(tmp_path / "facts"),
-        ANSIBLE_NOCOLOR="1",
-        ANSIBLE_DEPRECATION_WARNINGS="false",
-    )
-    args = [str(pathlib.Path(sys.executable).parent / "ansible-playbook"), str(PLAYBOOK), "-i", str(GOOD)]
-    args += ["-e", json.dumps(extra)] if extra else []
-    proc = subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
-    report = json.loads(proc.stdout)
+    args = [PLAYBOOK, "-i", GOOD] + (["-e", json.dumps(extra)] if extra else [])
+    rc, report = run_json(tmp_path, *args)
     messages, backends = [], None
-    for play in report["plays"]:
-        for task in play["tasks"]:
-            for result in task["hosts"].values():
-                if result.get("failed"):
-                    messages.append(" ".join(str(result.get("msg", "")).split()))
-                if "_router_backends" in result:
-                    backends = result["_router_backends"]
-    return proc.returncode, messages, backends
+    for result in results(report):
+        if result.get("failed"):
+            messages.append(" ".join(str(result.get("msg", "")).split()))
+        if "_router_backends" in result:
+            backends = result["_router_backends"]
+    return rc, messages, backends
 
 
 def test_the_good_inventory_puts_the_router_on_the_storage_node_in_front_of_every_spark(tmp_path):
