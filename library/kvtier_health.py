@@ -109,7 +109,8 @@ def spark(p):
     if p["l2_host"]:
         facts["l2"] = client_view(p["l2_host"], p["l2_port"], p["l2_user"], p["l2_password"] or "")
     if p["l3_path"]:
-        facts["l3"] = directory_state(p["l3_path"])
+        # Writable as LMCache's server is (this module runs as root, which may write anywhere).
+        facts["l3"] = directory_state(p["l3_path"], (services.get("lmcache") or {}).get("pid"))
         if p["rdma_fabric"]:
             facts["nfs"] = mount_facts(p["nfs_mount_point"] or mount_point_of(p["l3_path"], read(MOUNTS)))
     if p["rdma_fabric"] and p["data_interfaces"]:

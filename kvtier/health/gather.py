@@ -33,7 +33,8 @@ def spark(t: Target, host: str) -> dict:
         f"later=(time.sleep(1), lmcache_summary(get_metrics({endpoints['lmcache_metrics']!r})))[1]",
     ]
     if spec.l3 is not None:
-        parts.append(f"l3=directory_state({spec.l3.path!r})")
+        # Writable as LMCache's server is (the probe runs as root, which may write anywhere).
+        parts.append(f"l3=directory_state({spec.l3.path!r}, running_service({t.units['lmcache']!r}).get('pid'))")
         if t.rdma_fabric.get(host, True):
             parts.append(f"nfs=mount_facts(mount_point_of({spec.l3.path!r}, read(MOUNTS)))")
     if t.rdma_fabric.get(host, True) and host in t.fabric:

@@ -89,11 +89,48 @@ def process_started_at(pid):
         return None
 
 
-def directory_state(path):
-    """{exists, writable, free_ratio, free_bytes} of a directory (the L3 path, the array's mount)."""
+def process_credentials(pid):
+    """(uid, gid, supplementary groups) a running process acts with, from /proc; None if it cannot be read."""
+    try:
+        with open(f"/proc/{int(pid)}/status", encoding="ascii", errors="replace") as fh:
+            fields = dict(line.split(":", 1) for line in fh if ":" in line)
+        uid, gid = int(fields["Uid"].split()[1]), int(fields["Gid"].split()[1])  # the effective ids
+        return uid, gid, [int(g) for g in fields.get("Groups", "").split()]
+    except (OSError, KeyError, ValueError, IndexError):
+        return None
+
+
+def writable_by(path, pid):
+    """Whether process `pid` may create files in `path`, or None when that cannot be told. The probe runs as root,
+    which may write anywhere: so a child takes the process's uid, gid and groups and asks the kernel, which
+    decides as it would for the process itself (modes, ACLs, an NFS server's squashing)."""
+    creds = process_credentials(pid) if pid else None
+    if creds is None:
+        return None
+    uid, gid, groups = creds
+    if os.geteuid() != 0:
+        return os.access(path, os.W_OK | os.X_OK) if uid == os.geteuid() else None
+    child = os.fork()
+    if child == 0:  # pragma: no cover (the child's outcome is its exit status)
+        try:
+            os.setgroups(groups)
+            os.setgid(gid)
+            os.setuid(uid)
+            os._exit(0 if os.access(path, os.W_OK | os.X_OK) else 1)
+        except BaseException:
+            os._exit(2)
+    _, status = os.waitpid(child, 0)
+    return {0: True, 1: False}.get(os.waitstatus_to_exitcode(status))
+
+
+def directory_state(path, writer_pid=None):
+    """{exists, writable, writable_as, free_ratio, free_bytes} of a directory (the L3 path, the array's mount);
+    writable as the process `writer_pid` (LMCache's server) where given and readable, else as this probe."""
     state = {"path": path, "exists": os.path.isdir(path)}
     if state["exists"]:
-        state["writable"] = os.access(path, os.W_OK | os.X_OK)
+        as_writer = writable_by(path, writer_pid)
+        state["writable"] = as_writer if as_writer is not None else os.access(path, os.W_OK | os.X_OK)
+        state["writable_as"] = f"process {writer_pid}" if as_writer is not None else "the probe's user"
         st = os.statvfs(path)
         state["read_only"] = bool(st.f_flag & os.ST_RDONLY)
         state["free_bytes"] = st.f_bavail * st.f_frsize
@@ -673,7 +710,8 @@ def l3_directory_checks(host, state):
                 ERR,
                 "L3_READ_ONLY",
                 f"{path} is not writable by the serving user "
-                f"({'read-only filesystem' if state.get('read_only') else 'permissions'})",
+                f"({'read-only filesystem' if state.get('read_only') else 'permissions'}; "
+                f"checked as {state.get('writable_as', 'the probe')})",
                 "remount read-write / fix the owner (the export's squashed identity)",
             )
         ]

@@ -1,7 +1,12 @@
 """Health checks: recorded LMCache/vLLM/NFS outputs and synthetic faults turned into codes, reports and exit status."""
 
 import json
+import os
 import pathlib
+import pwd
+import subprocess
+import tempfile
+import time
 
 import pytest
 
@@ -151,6 +156,36 @@ def test_l3_directory(tmp_path):
     full = {"path": "/x", "exists": True, "writable": True, "read_only": False, "free_ratio": 0.01}
     assert codes(h.l3_directory_checks("s", full), h.ERR) == [("s", "l3", "L3_FULL")]
     assert codes(h.l3_directory_checks("s", h.directory_state(str(tmp_path))), h.OK) == [("s", "l3", "L3_OK")]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="taking another process's identity needs root, as on a node")
+def test_l3_writable_is_judged_as_the_lmcache_process_not_as_root():
+    """The probe runs as root, which may write anywhere: a directory LMCache's user cannot write must still be
+    L3_READ_ONLY. A real process running as nobody stands in for the LMCache server."""
+    nobody_uid = pwd.getpwnam("nobody").pw_uid
+    with tempfile.TemporaryDirectory() as base:  # under /tmp: nobody may reach it (pytest's tmp_path is 0700)
+        os.chmod(base, 0o755)
+        l3 = pathlib.Path(base) / "l3"
+        l3.mkdir(mode=0o755)  # root's, not nobody's
+        nobody = subprocess.Popen(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "sleep", "120"])
+        try:
+            # Until setpriv has taken nobody's identity (then it execs sleep).
+            for _ in range(1000):
+                if (h.process_credentials(nobody.pid) or (None,))[0] == nobody_uid:
+                    break
+                time.sleep(0.01)
+            state = h.directory_state(str(l3), nobody.pid)
+            assert (state["writable"], state["writable_as"]) == (False, f"process {nobody.pid}")
+            (check,) = h.l3_directory_checks("spark01", state)
+            assert (check["status"], check["code"]) == (h.ERR, "L3_READ_ONLY")
+            assert f"checked as process {nobody.pid}" in check["reason"]
+            assert os.access(l3, os.W_OK)  # what the probe saw before: root may write there
+            l3.chmod(0o777)
+            assert h.directory_state(str(l3), nobody.pid)["writable"] is True
+            assert h.directory_state(str(l3), 2**22)["writable_as"] == "the probe's user"  # no such process
+        finally:
+            nobody.kill()
+            nobody.wait()
 
 
 def test_nfs_transport_from_recorded_mounts():
