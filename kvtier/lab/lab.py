@@ -420,21 +420,54 @@ def _l3_kept(out, kept: dict) -> str:
     return "; ".join(served)
 
 
-def _l2_came_back(out, under_stream: bool = False, kept: dict | None = None) -> str:
-    """After the storage node's reboot emptied and restarted L2: requests keep succeeding, health names the broken
-    LMCache adapter on every Spark (L2_RESTARTED_UNDER_LMCACHE, L2_STORES_FAILING where the counters show it, and a
-    canary's L2 step), playbooks/repair_lmcache.yml restores it, health is clean."""
-    t = proof_target()
+def _requests_under_fault(out, t, label: str) -> tuple:
+    """(seconds of each answered request, failed count): STORES_PER_SPARK new prompts sent to every Spark."""
     proof = tiers.Proof(t, out=out)
     times, failed = [], 0
     for round_ in range(STORES_PER_SPARK):
         for spark in t.nodes:
             try:
-                times.append(proof.complete(spark, proof.prompt(spark, f"after the L2 restart {round_}"))["seconds"])
+                times.append(proof.complete(spark, proof.prompt(spark, f"{label} {round_}"))["seconds"])
             except tiers.ProofError as exc:
                 failed += 1
                 out(f"  {spark}: request failed: {exc}")
     out(f"  {len(times)} requests answered, {failed} failed; slowest {max(times, default=0):.2f} s")
+    return times, failed
+
+
+def _l3_not_writable(out) -> str:
+    """The L3 directory loses its write permission (root may still write there: the case a root probe misses). It
+    is the pool every Spark shares, so on every Spark: requests keep succeeding, health names L3_READ_ONLY, judged
+    as LMCache's server process; once the mode is back, health is clean (the stages after it store to L3 again)."""
+    t = proof_target()
+    path = t.spec.l3.path
+    node = t.nodes[next(iter(t.nodes))]
+    mode = node.run("stat", "--format", "%a", path).strip()
+    node.run("chmod", "a-w", path)
+    try:
+        times, failed = _requests_under_fault(out, t, "with L3 not writable")
+        found, _ = _health_run(out)
+    finally:
+        node.run("chmod", mode, path)
+    named = {c["host"] for c in found if c["code"] == "L3_READ_ONLY" and c["status"] == health_probe.ERR}
+    if failed or named != set(t.nodes):
+        raise StageFailed(f"{failed} request(s) failed; L3_READ_ONLY on {sorted(named) or 'no Spark'}")
+    after, _ = _health_run(out)
+    errors = [f"{c['host']} {c['code']}" for c in after if c["status"] == health_probe.ERR]
+    if errors:
+        raise StageFailed(f"with {path} writable again (mode {mode}): " + ", ".join(errors))
+    return (
+        f"L3_READ_ONLY on {len(named)} Spark(s), as LMCache's server; 0 of {len(times)} requests failed "
+        f"(slowest {max(times, default=0):.2f} s); mode {mode} back, no ERR"
+    )
+
+
+def _l2_came_back(out, under_stream: bool = False, kept: dict | None = None) -> str:
+    """After the storage node's reboot emptied and restarted L2: requests keep succeeding, health names the broken
+    LMCache adapter on every Spark (L2_RESTARTED_UNDER_LMCACHE, L2_STORES_FAILING where the counters show it, and a
+    canary's L2 step), playbooks/repair_lmcache.yml restores it, health is clean."""
+    t = proof_target()
+    times, failed = _requests_under_fault(out, t, "after the L2 restart")
     found, _ = _health_run(out)
     named = {c["host"] for c in found if c["code"] == "L2_RESTARTED_UNDER_LMCACHE"}
     failing = {c["host"] for c in found if c["code"] == "L2_STORES_FAILING"}
@@ -622,6 +655,7 @@ def test(out=print, keep: bool = False, day2: bool = False) -> int:
         stages.run(f"idle Sparks ({IDLE_SECONDS:.0f} s)", _idle, out)
         stages.run("no peer-lookup timeouts", _lookup_timeouts, out, began)
         stages.run("warmup twice, TTFT and storage bench (small)", _warmup_and_bench, out)
+        stages.run("fault: L3 not writable by LMCache (health, requests, repair)", _l3_not_writable, out)
         if day2:
             stages.run("rolling restart and persistence check (client stream)", _rolling_restart, out)
             stages.run("spec change one Spark at a time (client stream)", _spec_change, out)
