@@ -109,3 +109,14 @@ def test_an_interval_under_ten_seconds_is_refused(tmp_path, cluster):
     rc, _, failed = run_check(tmp_path, **cluster, health_timer_interval="2s")
     assert rc != 0
     assert "the interval at least 10s" in failed[0]
+
+
+def test_absent_where_nothing_is_installed_changes_nothing(tmp_path):
+    """health_timer_state=absent needs no inventory or kvtier, and on a host without the timer it changes nothing."""
+    (tmp_path / "empty.yml").write_text("all: {}\n")
+    args = ["playbooks/health_timer.yml", "-i", tmp_path / "empty.yml", "--check", "--diff"]
+    rc, report = run_json(tmp_path, *args, "-e", json.dumps({"health_timer_state": "absent"}))
+    assert rc == 0
+    ran = list(results(report))
+    assert [r for r in ran if r.get("changed") or r.get("failed")] == []
+    assert any(r.get("stat", {}).get("exists") is False for r in ran)  # it looked for the timer, and found none
