@@ -352,11 +352,16 @@ def _health_run(out) -> tuple:
     return found, seconds
 
 
+def _errors(found: list) -> list:
+    """Every check that is ERR, as "host CODE"."""
+    return [f"{c['host']} {c['code']}" for c in found if c["status"] == health_probe.ERR]
+
+
 def _health(out) -> str:
     """The healthy lab: no check is ERR. A WARN is shown, not failed: the lab's L3 volume lives on this machine's
     own disk, whose free space is the machine's business, not the lab's."""
     found, seconds = _health_run(out)
-    errors = [f"{c['host']} {c['code']}" for c in found if c["status"] == health_probe.ERR]
+    errors = _errors(found)
     if errors:
         raise StageFailed("problems on a healthy lab: " + ", ".join(errors))
     counts = {s: sum(1 for c in found if c["status"] == s) for s in health_probe.STATUSES}
@@ -383,7 +388,7 @@ def _canaries(out) -> str:
     # Nothing disturbed: health after the canaries is as clean as before (an entry removed through the wrong
     # server, or twice, would show as L2_STORES_FAILING there).
     after, _ = _health_run(out)
-    errors = [f"{c['host']} {c['code']}" for c in after if c["status"] == health_probe.ERR]
+    errors = _errors(after)
     if errors:
         raise StageFailed("health after the canaries: " + ", ".join(errors))
     return f"{len(found)} canaries OK in {seconds:.1f} s, none left in L2 or L3, health clean after them"
@@ -453,7 +458,7 @@ def _l3_not_writable(out) -> str:
     if failed or named != set(t.nodes):
         raise StageFailed(f"{failed} request(s) failed; L3_READ_ONLY on {sorted(named) or 'no Spark'}")
     after, _ = _health_run(out)
-    errors = [f"{c['host']} {c['code']}" for c in after if c["status"] == health_probe.ERR]
+    errors = _errors(after)
     if errors:
         raise StageFailed(f"with {path} writable again (mode {mode}): " + ", ".join(errors))
     return (
@@ -485,7 +490,7 @@ def _l2_came_back(out, under_stream: bool = False, kept: dict | None = None) -> 
     else:
         repaired = _playbook(out, "repair_lmcache.yml")
     found, _ = _health_run(out)
-    errors = [f"{c['host']} {c['code']}" for c in found if c["status"] == health_probe.ERR]
+    errors = _errors(found)
     if errors:
         raise StageFailed("after repair_lmcache.yml: " + ", ".join(errors))
     codes = sorted({c["code"] for c in seen if c["tier"] == "l2" and c["status"] == health_probe.ERR})
