@@ -42,6 +42,14 @@ options:
   coordinator_instances: {description: "What it must list: {instance id: data address} of every Spark.", type: dict}
   array_name: {description: Name of the md array that backs L3 (storage node)., type: str}
   fail_on_error: {description: Fail, listing every ERR, when one check is ERR., type: bool, default: true}
+  tolerate:
+    description:
+      - Codes whose ERR does not fail the task (they are still returned, and listed in RV(tolerated)).
+      - For a play that repairs exactly those faults, e.g. C(playbooks/repair_lmcache.yml), which restarts LMCache
+        to clear C(L2_RESTARTED_UNDER_LMCACHE) and C(L2_STORES_FAILING); any other ERR still fails.
+    type: list
+    elements: str
+    default: []
 """
 
 EXAMPLES = r"""
@@ -63,6 +71,11 @@ counts:
   description: Number of checks per status.
   returned: always
   type: dict
+tolerated:
+  description: The ERR checks that did not fail the task because their code is in O(tolerate).
+  returned: always
+  type: list
+  elements: dict
 """
 
 import time
@@ -156,6 +169,7 @@ def main():
             coordinator_instances=dict(type="dict"),
             array_name=dict(type="str"),
             fail_on_error=dict(type="bool", default=True),
+            tolerate=dict(type="list", elements="str", default=[]),
         ),
         required_one_of=[["endpoints", "array_name"]],
         required_by={"l2_host": ["l2_port", "l2_user"]},
@@ -171,11 +185,14 @@ def main():
     except (ProbeError, EndpointError) as err:
         module.fail_json(msg=str(err), checks=checks)
     counts = {status: sum(1 for c in checks if c["status"] == status) for status in STATUSES}
-    errors = [c for c in checks if c["status"] == ERR]
+    tolerated = [c for c in checks if c["status"] == ERR and c["code"] in p["tolerate"]]
+    errors = [c for c in checks if c["status"] == ERR and c["code"] not in p["tolerate"]]
     if errors and p["fail_on_error"]:
         lines = ["%s %s %s: %s (fix: %s)" % (c["host"], c["tier"], c["code"], c["reason"], c["fix"]) for c in errors]
-        module.fail_json(msg="%d check(s) ERR: %s" % (len(errors), "; ".join(lines)), checks=checks, counts=counts)
-    module.exit_json(changed=False, checks=checks, counts=counts)
+        module.fail_json(
+            msg="%d check(s) ERR: %s" % (len(errors), "; ".join(lines)), checks=checks, counts=counts, tolerated=tolerated
+        )
+    module.exit_json(changed=False, checks=checks, counts=counts, tolerated=tolerated)
 
 
 if __name__ == "__main__":

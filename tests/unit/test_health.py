@@ -324,6 +324,17 @@ def test_module_fails_listing_every_error(capsys):
     assert not out.get("failed") and out["counts"]["ERR"] == 2
 
 
+def test_module_tolerates_only_the_codes_it_is_given(capsys):
+    # A repair play tolerates the faults it repairs; every other ERR still fails the task.
+    endpoints = {"vllm": "http://127.0.0.1:9", "lmcache_http": "http://127.0.0.1:9"}
+    args = {"name": "spark02", "endpoints": endpoints, "model": "tiny"}
+    out = _run_module({**args, "tolerate": ["VLLM_DOWN"]}, capsys)
+    assert out["failed"] and out["msg"].startswith("1 check(s) ERR: spark02 serving LMCACHE_DOWN")
+    assert [c["code"] for c in out["tolerated"]] == ["VLLM_DOWN"]
+    out = _run_module({**args, "tolerate": ["VLLM_DOWN", "LMCACHE_DOWN"]}, capsys)
+    assert not out.get("failed") and out["counts"]["ERR"] == 2 and len(out["tolerated"]) == 2
+
+
 def test_the_mount_that_holds_the_l3_path():
     mounts = "/dev/sda1 / ext4 rw 0 0\nsrv:/srv/kvcache /mnt/kvcache nfs4 rw,proto=rdma 0 0\n"
     assert nfs_probe.mount_point_of("/mnt/kvcache/lmcache", mounts) == "/mnt/kvcache"

@@ -1,0 +1,42 @@
+"""The day-2 playbooks' guards, run by Ansible on the controller against the good fixture inventory: a play that
+restarts serving nodes refuses to start without its confirmation, and a bad step is refused, before any host is
+contacted (the fixture's hosts do not exist)."""
+
+import json
+import pathlib
+
+from ._playbook import results, run_json
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+GOOD = ROOT / "tests" / "fixtures" / "inventories" / "good"
+
+
+def run(tmp_path, playbook, **extra):
+    """(return code, failure messages, names of the tasks that ran on a host)."""
+    args = [ROOT / "playbooks" / playbook, "-i", GOOD] + (["-e", json.dumps(extra)] if extra else [])
+    rc, report = run_json(tmp_path, *args)
+    ran = [t["task"]["name"] for play in report["plays"] for t in play["tasks"] if t["hosts"]]
+    messages = [" ".join(str(r.get("msg", "")).split()) for r in results(report) if r.get("failed")]
+    return rc, messages, ran
+
+
+def test_a_rolling_restart_needs_its_confirmation(tmp_path):
+    rc, messages, ran = run(tmp_path, "rolling_restart.yml")
+    assert rc != 0 and ran == ["Check the confirmation and the mode"]
+    assert "Run it with -e rolling_restart_confirm=yes" in messages[0]
+    rc, messages, ran = run(
+        tmp_path, "rolling_restart.yml", rolling_restart_confirm="yes", rolling_restart_mode="drain"
+    )
+    assert rc != 0 and "rolling_restart_mode must be services, reboot or upgrade (it is drain)" in messages[0]
+
+
+def test_a_persistence_check_that_restarts_needs_its_confirmation(tmp_path):
+    rc, messages, ran = run(tmp_path, "persistence_check.yml")
+    assert rc != 0 and ran == ["Check the step", "Check the confirmation"]
+    assert "Run it with -e persistence_check_confirm=yes" in messages[0]
+
+
+def test_a_persistence_check_step_must_be_known(tmp_path):
+    rc, messages, ran = run(tmp_path, "persistence_check.yml", persistence_check_step="both")
+    assert rc != 0 and ran == ["Check the step"]
+    assert messages == ["persistence_check_step must be all, store or replay (it is both)."]
