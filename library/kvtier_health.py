@@ -190,7 +190,10 @@ def main():
     if errors and p["fail_on_error"]:
         lines = ["%s %s %s: %s (fix: %s)" % (c["host"], c["tier"], c["code"], c["reason"], c["fix"]) for c in errors]
         module.fail_json(
-            msg="%d check(s) ERR: %s" % (len(errors), "; ".join(lines)), checks=checks, counts=counts, tolerated=tolerated
+            msg="%d check(s) ERR: %s" % (len(errors), "; ".join(lines)),
+            checks=checks,
+            counts=counts,
+            tolerated=tolerated,
         )
     module.exit_json(changed=False, checks=checks, counts=counts, tolerated=tolerated)
 
