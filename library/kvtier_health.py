@@ -45,8 +45,8 @@ options:
   tolerate:
     description:
       - Codes whose ERR does not fail the task (they are still returned, and listed in RV(tolerated)).
-      - For a play that repairs exactly those faults, e.g. C(playbooks/repair_lmcache.yml), which restarts LMCache
-        to clear C(L2_RESTARTED_UNDER_LMCACHE) and C(L2_STORES_FAILING); any other ERR still fails.
+      - For a play that repairs exactly those faults (a restart of LMCache clears C(L2_RESTARTED_UNDER_LMCACHE) and
+        C(L2_STORES_FAILING)); any other ERR still fails.
     type: list
     elements: str
     default: []

@@ -3,11 +3,9 @@ restarts serving nodes refuses to start without its confirmation, and a bad step
 contacted (the fixture's hosts do not exist)."""
 
 import json
-import pathlib
 
-from ._playbook import results, run_json
+from ._playbook import ROOT, results, run_json
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOOD = ROOT / "tests" / "fixtures" / "inventories" / "good"
 
 
