@@ -31,7 +31,7 @@ def _cmd_lab(args: argparse.Namespace) -> int:
         return lab.up(check=args.check, provision=args.provision, model=args.model)
     if args.action == "test":
         return lab.test(keep=args.keep, day2=args.day2)
-    return {"down": lab.down, "status": lab.status}[args.action]()
+    return {"down": lab.down, "status": lab.status, "images": lab.images_only}[args.action]()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,6 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, text in (
         ("up", "build the lab, provision it with playbooks/site.yml, show the tiers working"),
         ("test", "the test command's cluster fixture: a fresh lab, every cluster check as a stage, lab down"),
+        ("images", "build what the lab's hosts start from (Spark image, wheelhouse, stand-in vLLM image, VM image)"),
         ("down", "remove everything the lab created"),
         ("status", "list the lab's hosts"),
     ):

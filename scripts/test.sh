@@ -3,7 +3,7 @@
 #
 # Two tracks side by side. The role scenarios on QEMU/TCG VMs keep one core busy while the controller waits on
 # the guest; beside them, on the other core, the checks that need no VM (lint, pytest, the container scenarios,
-# and the DGX Spark package resolution, which mostly waits on the index). The lab cluster starts when the checks
+# and the DGX Spark package resolution, which mostly waits on the index, then the lab's images). The lab cluster starts when the checks
 # end: its first stages (the storage guest's boot, check mode) are one TCG guest as well, beside the last VM
 # scenario; its later stages (vLLM starts, the Sparks' installs) have both cores to themselves.
 #
@@ -32,17 +32,20 @@ step() {
 
 # resolve-spark mostly waits on the package index (HTTP range requests for each wheel's metadata), so it runs
 # beside the rest of its track; its output is printed when the track joins it.
+# The lab's images (the Spark image, the wheelhouse, the stand-in for NVIDIA's vLLM image, the VM image) are built
+# on this track too, after resolve-spark: the lab then starts from them instead of building them on its own path.
 checks_track() {
-  local resolve_log=$LOG_DIR/resolve-spark.log resolve_pid ok=1
-  step resolve-spark "$MAKE" --no-print-directory resolve-spark > "$resolve_log" 2>&1 &
+  local resolve_log=$LOG_DIR/resolve-spark.log images_log=$LOG_DIR/lab-images.log resolve_pid ok=1
+  { step resolve-spark "$MAKE" --no-print-directory resolve-spark > "$resolve_log" 2>&1 &&
+    step "lab images" kvtier lab images > "$images_log" 2>&1; } &
   resolve_pid=$!
   step lint "$MAKE" --no-print-directory lint &&
     step unit "$MAKE" --no-print-directory unit &&
     step "container scenarios" "$MAKE" --no-print-directory molecule MOLECULE_SCENARIOS="$CONTAINER_SCENARIOS" ||
     ok=0
-  echo "==> resolve-spark (beside lint, unit and the container scenarios; log: $resolve_log):"
-  wait "$resolve_pid" || { ok=0; echo "==> FAILED: resolve-spark"; }
-  cat "$resolve_log"
+  echo "==> resolve-spark, then the lab's images (beside lint, unit and the container scenarios; logs: $resolve_log, $images_log):"
+  wait "$resolve_pid" || { ok=0; echo "==> FAILED: resolve-spark or the lab's images"; }
+  cat "$resolve_log" "$images_log" 2>/dev/null
   [ "$ok" = 1 ]
 }
 

@@ -10,12 +10,14 @@ ConnectX, and the Sparks' L3 is a volume they share, because a container cannot 
 
 from __future__ import annotations
 
+import concurrent.futures
 import hashlib
 import inspect
 import json
 import os
 import pathlib
 import secrets
+import subprocess
 import threading
 import time
 
@@ -27,7 +29,7 @@ from kvtier.bench import ttft as bench_ttft
 from kvtier.health import checks as health_checks
 from kvtier.health import report as health_report
 from kvtier.inventory import Inventory, InventoryError
-from kvtier.lab import day2, fabric, sparks
+from kvtier.lab import day2, fabric, sparks, standin
 from kvtier.lab.runner import run_playbook
 from kvtier.lab.stages import StageFailed, Stages
 from kvtier.probes import cpu as cpu_probe
@@ -62,6 +64,9 @@ STORAGE = "kvtier-storage"
 STORAGE_SERIALS = [f"LAB{n:07d}" for n in range(1, 9)]
 STORAGE_DATA_ADDRESS = "10.213.7.10"
 SPARKS = {"spark01": "10.213.7.21", "spark02": "10.213.7.22"}
+# The Spark that runs the container route (its services in the stand-in for NVIDIA's vLLM image, LMCache added by
+# the role); the other keeps the venv route. Both routes render the same argv, so they serve one cluster.
+CONTAINER_SPARK = "spark02"
 # The VM's tap NIC sits in PCI slot 0x10: the guest names it ens16.
 STORAGE_DATA_NIC = "ens16"
 # What site.yml reads: a change to any of these makes `lab up` provision again.
@@ -139,6 +144,7 @@ def inventory(vm: host.VM) -> dict:
             "ansible_ssh_private_key_file": ssh["identity_file"],
             "ansible_ssh_common_args": storage["ansible_ssh_common_args"],
             "kvtier_data_address": address,
+            **(_container_route() if name == CONTAINER_SPARK else {}),
         }
         for name, address in SPARKS.items()
     }
@@ -153,6 +159,18 @@ def inventory(vm: host.VM) -> dict:
                 "mitogen_ssh_compression": False,
             },
         }
+    }
+
+
+def _container_route() -> dict:
+    return {
+        "vllm_lmcache_install_route": "container",
+        "vllm_lmcache_container_base_image": standin.NAME,
+        # Loaded by `lab up` (no registry here), as an operator loads NVIDIA's image on an offline node.
+        "vllm_lmcache_container_pull": False,
+        # The Spark is itself a container on a cgroup v1 host: its podman cannot mount a cgroup namespace of its own.
+        "vllm_lmcache_container_run_args": ["--cgroupns=host"],
+        "vllm_lmcache_container_build_args": ["--cgroupns=host"],
     }
 
 
@@ -232,13 +250,30 @@ def _provisioned_digest() -> str | None:
     return path.read_text().strip() if path.exists() else None
 
 
-def _hosts(out, created: list) -> str:
+def _build_images(out) -> tuple:
+    """(the stand-in's reference, the lab's SSH key): every image the hosts start from, built where missing."""
     images.build(images.RECIPES["spark"], log=lambda m: out("  " + m))
     wheelhouse.build(str(WHEELHOUSE), log=lambda m: out("  " + m))
+    standin_ref = standin.build(str(WHEELHOUSE), log=lambda m: out("  " + m))
     key = image.build(log=lambda m: out("  " + m)).key  # the VM image's key is the lab's key for every host
+    return standin_ref, key
+
+
+def images_only(out=print) -> int:
+    """`kvtier lab images`: the test command builds them beside the checks, off the lab's own path."""
+    try:
+        _build_images(out)
+    except (*_LAB_ERRORS, subprocess.CalledProcessError) as exc:
+        out(f"FAILED: {exc}")
+        return 1
+    return 0
+
+
+def _hosts(out, created: list) -> str:
+    standin_ref, key = _build_images(out)
     fabric.ensure_network()
     for name, address in SPARKS.items():
-        if sparks.start(name, address, key + ".pub"):
+        if sparks.start(name, address, key + ".pub", nested=name == CONTAINER_SPARK):
             created.append(name)
         out(
             f"  {name}: container {sparks.container(name)} at {address} "
@@ -246,7 +281,13 @@ def _hosts(out, created: list) -> str:
         )
     fabric.ensure_tap()
     out(f"  storage VM data NIC: tap {fabric.TAP} on bridge {fabric.bridge()}")
-    vm, started = start_storage_vm(out)
+    # ~90 s for 2.5 GB: while the storage VM boots.
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        loading = pool.submit(
+            standin.load_into, sparks.container(CONTAINER_SPARK), standin_ref, lambda m: out("  " + m)
+        )
+        vm, started = start_storage_vm(out)
+        loading.result()
     if started:
         created.append(STORAGE)
     for name, address in SPARKS.items():
@@ -699,6 +740,7 @@ def leftovers() -> list[str]:
     found += [f"container {name}" for name in sparks.lab_containers()]
     if sparks.volume_exists():
         found.append(f"podman volume {sparks.VOLUME}")
+    found += [f"podman volume {name}" for name in sparks.nested_volumes()]
     if fabric.network_exists():
         found.append(f"podman network {fabric.NETWORK}")
     if fabric.link_exists(fabric.TAP):

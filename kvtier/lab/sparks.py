@@ -46,9 +46,14 @@ def state(host: str) -> str | None:
     return status
 
 
-def start(host: str, address: str, public_key: str) -> bool:
+def containers_volume(host: str) -> str:
+    return f"kvtier-lab-{host}-containers"
+
+
+def start(host: str, address: str, public_key: str, nested: bool = False) -> bool:
     """Run the container for `host` at `address`, with `public_key` (a file) as root's authorized key;
-    False when it was already running."""
+    False when it was already running. `nested`: the Spark runs its services in containers of its own podman
+    (privileged, its image store on a volume: overlay cannot stack on the container's own overlay)."""
     current = state(host)
     if current == "running":
         return False
@@ -75,6 +80,7 @@ def start(host: str, address: str, public_key: str) -> bool:
         f"{VOLUME}:{L3_MOUNT}:rw",
         "--volume",
         f"{public_key}:/root/.ssh/authorized_keys:ro",
+        *(["--privileged", "--volume", f"{containers_volume(host)}:/var/lib/containers:rw"] if nested else []),
         IMAGE,
         "/sbin/init",
     )
@@ -118,6 +124,9 @@ def remove() -> list[str]:
     if left:
         raise fabric.FabricError(f"podman rm {' '.join(left)}: {proc.stderr.strip()}")
     removed = [f"container {name}" for name in names]
+    for volume in nested_volumes():
+        _podman("volume", "rm", "--force", volume, check=False)
+        removed.append(f"volume {volume}")
     if volume_exists():
         proc = _podman("volume", "rm", "--force", VOLUME, check=False)
         # After a host reboot podman can fail to free the volume's lock and still remove it: judge by the result.
@@ -125,6 +134,12 @@ def remove() -> list[str]:
             raise fabric.FabricError(f"podman volume rm {VOLUME}: {proc.stderr.strip()}")
         removed.append(f"volume {VOLUME}")
     return removed
+
+
+def nested_volumes() -> list[str]:
+    """The image stores of the Sparks that run their services in containers."""
+    out = _podman("volume", "ls", "--format", "{{.Name}}").stdout.split()
+    return [name for name in out if name.startswith("kvtier-lab-") and name.endswith("-containers")]
 
 
 def volume_exists() -> bool:

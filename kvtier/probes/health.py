@@ -60,7 +60,7 @@ def running_service(unit):
     except (OSError, subprocess.SubprocessError) as exc:
         return {"active": False, "error": str(exc)}
     props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
-    pid = int(props.get("MainPID") or 0)
+    pid = container_process(int(props.get("MainPID") or 0))
     result = {"active": props.get("ActiveState") == "active", "state": props.get("ActiveState"), "pid": pid}
     if pid <= 0:
         return result
@@ -75,6 +75,30 @@ def running_service(unit):
     except OSError as exc:
         result["error"] = str(exc)
     return result
+
+
+CONTAINER_ENGINES = ("podman", "docker")
+
+
+def container_process(pid):
+    """The process a unit really runs: on the container route its main process is the engine's client (`podman run
+    ... --name NAME IMAGE argv`), and the service is the container's first process, which `--pid host` makes a
+    process of this host (the engine's inspect names it). Any other process is itself; 0 when it cannot be told."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            argv = [a.decode("utf-8", "replace") for a in f.read().split(b"\0") if a]
+    except OSError:
+        return pid
+    if len(argv) < 3 or os.path.basename(argv[0]) not in CONTAINER_ENGINES or argv[1] != "run" or "--name" not in argv:
+        return pid
+    name = argv[argv.index("--name") + 1]
+    try:
+        out = subprocess.run(
+            [argv[0], "inspect", "--format", "{{.State.Pid}}", name], capture_output=True, text=True, timeout=10
+        ).stdout
+        return int(out.strip() or 0)
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return 0
 
 
 def process_started_at(pid):

@@ -380,6 +380,25 @@ def forget(lmcache_http: str, keys: list, tier: str, adapter: str | None = None,
     return result
 
 
+def clear_dram(lmcache_http: str, timeout: float = 30.0) -> dict:
+    """Empty one LMCache server's DRAM (its POST /cache/clear, tier l1: what `lmcache kvcache clear` sends), over HTTP
+    so it works the same whether the server runs from a venv or in a container."""
+    request = urllib.request.Request(
+        lmcache_http.rstrip("/") + "/cache/clear",
+        data=json.dumps({"tier": "l1"}).encode(),
+        headers={"Content-Type": "application/json"},
+        method="POST",
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as reply:  # noqa: S310 (fixed http URL)
+            return json.load(reply)
+    except urllib.error.HTTPError as exc:
+        said = exc.read().decode("utf-8", "replace")[:200]
+        raise ProbeError(f"{request.full_url} answered HTTP {exc.code}: {said}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        raise ProbeError(f"{request.full_url}: {getattr(exc, 'reason', exc)}") from None
+
+
 CANARY_TEXT = "/usr/share/common-licenses/GPL-3"  # on every Debian and Ubuntu host: a long, stable prompt body
 
 

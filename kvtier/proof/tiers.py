@@ -180,9 +180,7 @@ class Proof:
 
     # --- the steps that disturb a serving cluster --------------------------------------------------------
     def clear_dram(self, host: str) -> None:
-        self.t.nodes[host].run(
-            f"{self.t.spec.install.venv}/bin/lmcache", "kvcache", "clear", "--url", self.t.lmcache_url(host)
-        )
+        self.t.nodes[host].python(_LMCACHE, f"clear_dram({self.t.lmcache_url(host)!r})")
 
     def flush_l2(self, via: str) -> None:
         """FLUSHALL as the L2 admin user, from a Spark (it reaches the L2 server on the data network)."""

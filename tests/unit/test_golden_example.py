@@ -10,13 +10,18 @@ import json
 import os
 import pathlib
 
-from kvtier.cluster import cluster_from_hostvars, derive, fingerprint, load_spec, render
+from kvtier.cluster import cluster_from_hostvars, container, derive, fingerprint, load_spec, render
 from kvtier.inventory import Inventory
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "fixtures" / "golden" / "inventory-example.json"
 EXAMPLE_RDMA_DEVICES = ["rocep1s0f0:1", "roceP2p1s0f0:1"]
 PASSWORD = "golden-rendering-password-0123"  # the example's vault holds placeholders the policy refuses
+# The container route as the role renders it with podman (the serving image's tag is its recipe's digest, made on
+# the node; the service user's ids are the node's): the command each unit runs in place of the process itself.
+CONTAINER_ROUTE = container.Container(
+    "podman", "/usr/bin/podman", "localhost/kvtier-serving:<recipe>", "<uid>:<gid>", "/var/lib/kvtier", gpus=True
+)
 
 
 def _render() -> dict:
@@ -46,8 +51,17 @@ def _render() -> dict:
             entry.update({k: config[k] for k in ("lmcache_server", "vllm", "endpoints")})
         coordinator = render.coordinator(spec, host)
         entry["coordinator"] = None if coordinator is None else coordinator.to_dict()
+        if host in sparks:
+            entry["container_route"] = _container_route(spec, entry)
         out["hosts"][host] = entry
     return out
+
+
+def _container_route(spec, entry) -> dict:
+    mounts = {"lmcache": ((spec.l3.path, spec.l3.path, "rw,rslave"),), "vllm": ((spec.model.path,) * 2 + ("ro",),)}
+    box = container.Container(**{**CONTAINER_ROUTE.__dict__, "mounts": mounts})
+    services = {"lmcache": entry["lmcache_server"], "vllm": entry["vllm"], "coordinator": entry["coordinator"]}
+    return {name: container.run_argv(box, name, proc) for name, proc in services.items() if proc is not None}
 
 
 def test_inventory_example_renders_as_reviewed():

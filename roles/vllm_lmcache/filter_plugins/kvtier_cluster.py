@@ -25,7 +25,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
 from kvtier import cluster, passwords
-from kvtier.cluster import derive, render, systemd
+from kvtier.cluster import container, derive, render, systemd
 from kvtier.cluster.inventory import plain
 
 _PARSED: dict = {}
@@ -146,6 +146,37 @@ def vllm_lmcache_services(spec_dict, host, l2_password=None):
     }
 
 
+def vllm_lmcache_container_commands(services, spec_dict, settings):
+    """{service: {remove, run, stop}} argv lists for the units of the container route, for each service `services`
+    (vllm_lmcache_services) runs here. `settings`: engine, engine_path, image, user (uid:gid), home, run_args; GPUs
+    are passed on a GPU build. The mounts come from the spec: the L3 directory for the LMCache server (rslave, so an
+    NFS remount reaches the container), the model read-only for vLLM."""
+    spec, settings = _load(spec_dict), dict(settings)
+    l3 = [(spec.l3.path, spec.l3.path, "rw,rslave")] if spec.l3 is not None else []
+    model = [(spec.model.path, spec.model.path, "ro")] if spec.model.path is not None else []
+    box = _guard(
+        container.Container,
+        str(settings["engine"]),
+        str(settings["engine_path"]),
+        str(settings["image"]),
+        str(settings["user"]),
+        str(settings["home"]),
+        spec.install.vllm_package == "vllm",
+        tuple(str(a) for a in settings.get("run_args") or ()),
+        {"lmcache": tuple(l3), "vllm": tuple(model)},
+    )
+    commands = {}
+    for service, process in dict(services).items():
+        if process is None:
+            continue
+        commands[service] = {
+            "remove": _guard(container.remove_argv, box, service),
+            "run": _guard(container.run_argv, box, service, dict(process)),
+            "stop": _guard(container.stop_argv, box, service),
+        }
+    return commands
+
+
 def vllm_lmcache_l3_owner(hostvars, storage_hosts, rdma_fabric, user):
     """Owner of the L3 directory: the export's squashed identity where L3 is the NFS mount (a node with the RDMA
     fabric), the service user where it is a local directory (the lab's shared volume)."""
@@ -225,6 +256,7 @@ class FilterModule:
             "vllm_lmcache_services": vllm_lmcache_services,
             "vllm_lmcache_password_problems": vllm_lmcache_password_problems,
             "vllm_lmcache_l3_owner": vllm_lmcache_l3_owner,
+            "vllm_lmcache_container_commands": vllm_lmcache_container_commands,
             "kvtier_systemd_exec": kvtier_systemd_exec,
             "kvtier_systemd_env": kvtier_systemd_env,
             "vllm_lmcache_lock": vllm_lmcache_lock,
