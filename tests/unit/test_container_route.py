@@ -212,20 +212,11 @@ def test_the_stand_in_has_the_wheelhouse_but_lmcache_and_the_p2p_engine(tmp_path
 
 def test_the_lab_runs_one_spark_on_the_container_route(tmp_path, monkeypatch):
     from kvtier.lab import lab
+    from tests.unit.test_lab import FakeVM
 
     monkeypatch.setattr(lab, "STATE", tmp_path)  # its lab-only secrets
 
-    class VM:
-        def instance_config(self):
-            return {
-                "instance": lab.STORAGE,
-                "address": "127.0.0.1",
-                "user": "root",
-                "port": 2222,
-                "identity_file": "/k",
-            }
-
-    sparks = lab.inventory(VM())["all"]["children"]["spark"]["hosts"]
+    sparks = lab.inventory(FakeVM())["all"]["children"]["spark"]["hosts"]
     routes = {name: v.get("vllm_lmcache_install_route", "venv") for name, v in sparks.items()}
     assert routes == {"spark01": "venv", "spark02": "container"}
     assert sparks["spark02"]["vllm_lmcache_container_pull"] is False  # loaded by the lab: no registry here

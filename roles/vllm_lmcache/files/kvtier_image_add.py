@@ -40,7 +40,8 @@ def installed() -> dict:
 
 
 def parse_pins(lines) -> dict:
-    """{normalized name: version} from name==version lines (comments and blanks skipped)."""
+    """{normalized name: version} from name==version lines (comments and blanks skipped). The role's filter reads
+    locks the same way on the controller; this script runs inside the image, on its Python's standard library."""
     pins = {}
     for line in lines:
         line = line.split("#", 1)[0].strip()
