@@ -28,9 +28,9 @@ LOG_DIR ?= $(CURDIR)/.cache/logs
 help:
 	@echo "make lab   - provision the local lab with playbooks/site.yml and show the tiers working"
 	@echo "make test  - everything CI runs: the VM scenarios beside lint, unit tests, resolve-spark and the container scenarios, then beside the lab cluster's stages"
-	@echo "make test-lab - the lab cluster's stages alone (kvtier lab test): site.yml twice, health, canaries, benches,"
-	@echo "               storage reboot (and the NFS/RDMA client), L2 fault, lab down"
-	@echo "               (kvtier lab test --day2 adds the rolling restart, persistence check and spec change under a client stream)"
+	@echo "make test-lab - the lab cluster's stages alone (kvtier lab test): site.yml, a spec change by site.yml under a client"
+	@echo "               stream, health, canaries, benches, L3/L2 faults, storage reboot (and the NFS/RDMA client),"
+	@echo "               the rolling L2 repair under a client stream, the persistence check, lab down"
 	@echo "make test-vm - the QEMU/TCG VM scenarios: nvme_raid_safety (the storage safety gates), roce_netplan"
 	@echo "make resolve-spark - resolve the GPU packages for a DGX Spark (aarch64, CPython 3.12) and check every requirement"
 	@echo "make lint | unit | molecule SCENARIO=name | molecule MOLECULE_SCENARIOS='a b'  - narrower targets"

@@ -1,9 +1,7 @@
 """Day-2 stages of the lab: maintenance under a steady stream of client requests through the router.
 
-  rolling restart   playbooks/persistence_check.yml (a warmed set, every Spark restarted one at a time behind the
-                    router by rolling_restart.yml, the set replayed from the persistent tiers);
-  spec change       a change to kvtier_cluster applied by site.yml, one Spark at a time;
-  L2 repair         playbooks/repair_lmcache.yml after the storage node's reboot.
+  spec change       site.yml's second run with a change to kvtier_cluster, applied one Spark at a time;
+  L2 repair         playbooks/repair_lmcache.yml (the rolling restart in repair mode) after the storage node's reboot.
 Meanwhile a client sends requests through the router and a watcher reads the router's statistics page: every
 request must succeed, and each Spark's time out of rotation is measured from the router's own view.
 """
@@ -126,10 +124,13 @@ def report(out, stream: ClientStream, watch: RouterWatch, must_leave: bool = Tru
     )
 
 
-def playbook_under_stream(out, inventory, address: str, model: str, playbook: str, extravars=None, must_leave=True):
-    """Run `playbook` while a client streams requests through the router; (its run time, the stage's note)."""
+def playbook_under_stream(out, inventory, address: str, model: str, playbook: str, extravars=None, changes=None):
+    """Run `playbook` while a client streams requests through the router; (its run time, the stage's note).
+    `changes`, when given, receives "host: task" for every task that changed something."""
     with under_client_stream(out, address, model) as (stream, watch):
-        ok, changed, seconds, failures = run_playbook(REPO, playbook, inventory, out=out, extravars=extravars)
+        ok, _, seconds, failures = run_playbook(
+            REPO, playbook, inventory, out=out, extravars=extravars, changes=changes
+        )
     if not ok:
         raise StageFailed("; ".join(failures) or f"{playbook} failed")
-    return seconds, report(out, stream, watch, must_leave)
+    return seconds, report(out, stream, watch)

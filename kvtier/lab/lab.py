@@ -11,6 +11,7 @@ ConnectX, and the Sparks' L3 is a volume they share, because a container cannot 
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import hashlib
 import inspect
 import json
@@ -34,7 +35,6 @@ from kvtier.lab.runner import run_playbook
 from kvtier.lab.stages import StageFailed, Stages
 from kvtier.probes import cpu as cpu_probe
 from kvtier.probes import health as health_probe
-from kvtier.probes import warmup as warmup_probe
 from kvtier.proof import canary, nodes, target, tiers
 from kvtier.vm import host, image
 
@@ -81,6 +81,19 @@ PROVISIONING_INPUTS = (
     "kvtier/cluster",
     "kvtier/probes",
     "kvtier/preflight",
+)
+# Every task the spec-change stage's site.yml may change, each on a Spark: the LMCache unit rewritten and its restart
+# recorded, then (one Spark at a time) drained at the router, restarted, put back, the record removed.
+SPEC_CHANGE_RESTART = "Restart LMCache (vLLM follows) or vLLM alone"
+SPEC_CHANGE_TASKS = frozenset(
+    {
+        "Write the LMCache server unit",
+        "Record the LMCache restart for the rolling play",
+        "Drain it at the router and wait until the router's requests to it are answered",
+        SPEC_CHANGE_RESTART,
+        "Put it back at the router once its health checks pass",
+        "Note that the restart is done",
+    }
 )
 # Requests sent to each Spark after L2 came back: its broken adapter then holds far less than the fs adapter.
 STORES_PER_SPARK = 4
@@ -369,10 +382,10 @@ def _lookup_timeouts(out, since: float) -> str:
     return "none in LMCache's journals"
 
 
-def _playbook(out, path: str, name: str | None = None) -> str:
+def _playbook(out, path: str, name: str | None = None, extravars: dict | None = None) -> str:
     """A playbook (`path` relative to playbooks/) on the lab; a failure fails the stage with the failed tasks."""
     name = name or path
-    ok, changed, seconds, failures = run_playbook(REPO, path, INVENTORY, out=out)
+    ok, _, seconds, failures = run_playbook(REPO, path, INVENTORY, out=out, extravars=extravars)
     if not ok:
         raise StageFailed("; ".join(failures) or f"{name} failed")
     return f"{name} in {seconds:.0f} s"
@@ -435,35 +448,15 @@ def _canaries(out) -> str:
     return f"{len(found)} canaries OK in {seconds:.1f} s, none left in L2 or L3, health clean after them"
 
 
-def _storage_reboot(out, kept: dict) -> str:
-    """Each Spark computes a new prompt and stores it in the persistent tiers, then tests/lab/storage_reboot.yml
-    reboots the storage node. `kept` gets each Spark's prompt: the L2-fault stage replays it once every Spark's
-    LMCache has restarted too, when only the NVMe pool can still hold it."""
-    proof = tiers.Proof(proof_target(), out=out)
-    for spark in proof.t.nodes:
-        prompt = proof.prompt(spark, "stored before the storage node's reboot")
-        _, before, _ = proof.measured(spark, prompt)
-        proof.wait_stored(spark, before)
-        kept[spark] = prompt
+def _storage_reboot(out) -> str:
+    """tests/lab/storage_reboot.yml: the storage node reboots (array, link, export and L2 back; a client mounts the
+    export). It empties L2 under the Sparks: the L2-fault stage follows."""
     return _lab_playbook(out, "storage_reboot.yml")
 
 
-def _l3_kept(out, kept: dict) -> str:
-    """The prompts stored before the storage node's reboot, replayed after it (L2 emptied) and after each Spark's
-    LMCache restarted (DRAM emptied): every whole chunk is served, and LMCache's L3 adapter counts the loads."""
-    proof = tiers.Proof(proof_target(), out=out)
-    l3, chunk = proof.t.l3_name, proof.t.spec.lmcache.chunk_size
-    served, missed = [], []
-    for spark, prompt in kept.items():
-        reply, before, after = proof.measured(spark, prompt)
-        loads = tiers.loads(after, l3) - tiers.loads(before, l3)
-        wanted = warmup_probe.cacheable_tokens(reply["prompt_tokens"], chunk)
-        line = f"{spark} {reply['cached_tokens']} of {wanted} tokens, {l3} loads {loads}"
-        out(f"  {line}")
-        (served if reply["cached_tokens"] >= wanted and loads > 0 else missed).append(line)
-    if missed:
-        raise StageFailed("the NVMe pool did not keep the cache through the restarts: " + "; ".join(missed))
-    return "; ".join(served)
+def _persistence(out, step: str) -> str:
+    """playbooks/persistence_check.yml's store or replay step (the restarts between them are the lab's own)."""
+    return _playbook(out, "persistence_check.yml", extravars={"persistence_check_step": step})
 
 
 def _requests_under_fault(out, t, label: str) -> tuple:
@@ -481,37 +474,81 @@ def _requests_under_fault(out, t, label: str) -> tuple:
     return times, failed
 
 
-def _l3_not_writable(out) -> str:
-    """The L3 directory loses its write permission (root may still write there: the case a root probe misses). It
-    is the pool every Spark shares, so on every Spark: requests keep succeeding, health names L3_READ_ONLY, judged
-    as LMCache's server process; once the mode is back, health is clean (the stages after it store to L3 again)."""
+def _l3_fault(out, code: str, label: str, break_it: tuple, restore: tuple) -> str:
+    """A fault of the L3 directory every Spark shares: `break_it` on one Spark, then requests to every Spark keep
+    succeeding and health names `code` (ERR) on every Spark; `restore` undoes it and health is clean again."""
     t = proof_target()
-    path = t.spec.l3.path
     node = t.nodes[next(iter(t.nodes))]
-    mode = node.run("stat", "--format", "%a", path).strip()
-    node.run("chmod", "a-w", path)
+    node.run(*break_it)
     try:
-        times, failed = _requests_under_fault(out, t, "with L3 not writable")
+        times, failed = _requests_under_fault(out, t, label)
         found, _ = _health_run(out)
     finally:
-        node.run("chmod", mode, path)
-    named = {c["host"] for c in found if c["code"] == "L3_READ_ONLY" and c["status"] == health_probe.ERR}
+        node.run(*restore)
+    named = {c["host"] for c in found if c["code"] == code and c["status"] == health_probe.ERR}
     if failed or named != set(t.nodes):
-        raise StageFailed(f"{failed} request(s) failed; L3_READ_ONLY on {sorted(named) or 'no Spark'}")
+        raise StageFailed(f"{failed} request(s) failed; {code} on {sorted(named) or 'no Spark'}")
     after, _ = _health_run(out)
     errors = _errors(after)
     if errors:
-        raise StageFailed(f"with {path} writable again (mode {mode}): " + ", ".join(errors))
+        raise StageFailed(f"after `{' '.join(restore)}`: " + ", ".join(errors))
+    reason = next(c["reason"] for c in found if c["code"] == code)
     return (
-        f"L3_READ_ONLY on {len(named)} Spark(s), as LMCache's server; 0 of {len(times)} requests failed "
-        f"(slowest {max(times, default=0):.2f} s); mode {mode} back, no ERR"
+        f"{code} on {len(named)} Spark(s) ({reason}); 0 of {len(times)} requests failed "
+        f"(slowest {max(times, default=0):.2f} s); `{' '.join(restore)}`, no ERR"
     )
 
 
-def _l2_came_back(out, under_stream: bool = False, kept: dict | None = None) -> str:
+def _l3_not_writable(out) -> str:
+    """The L3 directory loses its write permission (root may still write there: the case a root probe misses);
+    health judges it as LMCache's server process. The stages after it store to L3 again."""
+    t = proof_target()
+    path = t.spec.l3.path
+    mode = t.nodes[next(iter(t.nodes))].run("stat", "--format", "%a", path).strip()
+    return _l3_fault(out, "L3_READ_ONLY", "with L3 not writable", ("chmod", "a-w", path), ("chmod", mode, path))
+
+
+def _l3_dir_gone(out) -> str:
+    """The L3 directory disappears under LMCache (moved aside, so its objects are kept and come back): LMCache's fs
+    adapter creates its directory only when it starts, so every store fails from then on while requests succeed."""
+    path = proof_target().spec.l3.path
+    aside = f"{path}.kvtier-fault"
+    return _l3_fault(out, "L3_DIR_MISSING", "with the L3 directory gone", ("mv", path, aside), ("mv", aside, path))
+
+
+def _l2_service(vm: host.VM, action: str) -> str:
+    """`systemctl <action>` of whichever L2 server the storage node runs (Valkey or Redis); its unit name."""
+    found = vm.ssh(
+        "for u in valkey-server redis-server; do systemctl is-enabled --quiet $u 2>/dev/null && echo $u; done"
+    ).stdout.split()
+    if len(found) != 1:
+        raise StageFailed(f"expected one enabled L2 server unit on {STORAGE}, found {found or 'none'}")
+    vm.ssh(f"systemctl {action} {found[0]}")
+    return found[0]
+
+
+def _l2_stopped(out) -> str:
+    """The L2 server stops and stays down until the storage node's reboot (the next stage) starts it again: requests
+    to every Spark keep succeeding (a refused connection fails LMCache's stores and loads at once), and health names
+    L2_DOWN on every Spark, probed from the Spark with LMCache's credentials."""
+    t = proof_target()
+    unit = _l2_service(host.VM(STORAGE), "stop")
+    times, failed = _requests_under_fault(out, t, "with the L2 server stopped")
+    found, _ = _health_run(out)
+    named = {c["host"] for c in found if c["code"] == "L2_DOWN" and c["status"] == health_probe.ERR}
+    if failed or not set(t.nodes) <= named:
+        raise StageFailed(f"{failed} request(s) failed; L2_DOWN on {sorted(named) or 'no host'}")
+    return (
+        f"{unit} stopped: L2_DOWN on {len(set(t.nodes) & named)} Spark(s); 0 of {len(times)} requests failed "
+        f"(slowest {max(times, default=0):.2f} s); the reboot starts it again"
+    )
+
+
+def _l2_came_back(out) -> str:
     """After the storage node's reboot emptied and restarted L2: requests keep succeeding, health names the broken
     LMCache adapter on every Spark (L2_RESTARTED_UNDER_LMCACHE, L2_STORES_FAILING where the counters show it, and a
-    canary's L2 step), playbooks/repair_lmcache.yml restores it, health is clean."""
+    canary's L2 step); playbooks/repair_lmcache.yml (the rolling restart in repair mode) restores it while a client
+    streams requests through the router, and health is clean."""
     t = proof_target()
     times, failed = _requests_under_fault(out, t, "after the L2 restart")
     found, _ = _health_run(out)
@@ -526,41 +563,28 @@ def _l2_came_back(out, under_stream: bool = False, kept: dict | None = None) -> 
     l2_caught = {c["host"] for c in seen if c["tier"] == "l2" and c["status"] == health_probe.ERR}
     if l2_caught != set(t.nodes):
         raise StageFailed(f"the canaries saw the broken L2 adapter on {sorted(l2_caught) or 'no Spark'} only")
-    if under_stream:  # a client sends requests through the router while each Spark is drained and restarted
-        _, repaired = day2.playbook_under_stream(out, INVENTORY, STORAGE_DATA_ADDRESS, t.model, "repair_lmcache.yml")
-    else:
-        repaired = _playbook(out, "repair_lmcache.yml")
+    with _router_kept(out):
+        seconds, streamed = day2.playbook_under_stream(
+            out, INVENTORY, STORAGE_DATA_ADDRESS, t.model, "repair_lmcache.yml"
+        )
     found, _ = _health_run(out)
     errors = _errors(found)
     if errors:
         raise StageFailed("after repair_lmcache.yml: " + ", ".join(errors))
     codes = sorted({c["code"] for c in seen if c["tier"] == "l2" and c["status"] == health_probe.ERR})
-    survived = f"; L3 kept the cache through both restarts: {_l3_kept(out, kept)}" if kept else ""
     return (
         f"L2_RESTARTED_UNDER_LMCACHE on {len(named)}, L2_STORES_FAILING on {len(failing)} Spark(s), canaries "
         f"{'/'.join(codes)} on {len(l2_caught)}; "
-        f"0 of {len(times)} requests failed (slowest {max(times, default=0):.2f} s); repaired behind the router "
-        f"({repaired}), no ERR{survived}"
+        f"0 of {len(times)} requests failed (slowest {max(times, default=0):.2f} s); repair_lmcache.yml in "
+        f"{seconds:.0f} s: {streamed}; no ERR"
     )
 
 
-def _rolling_restart(out) -> str:
-    """playbooks/persistence_check.yml (a set warmed, every Spark restarted by rolling_restart.yml one at a time
-    behind the router, the set replayed from the persistent tiers) while a client streams through the router."""
-    seconds, note = day2.playbook_under_stream(
-        out,
-        INVENTORY,
-        STORAGE_DATA_ADDRESS,
-        proof_target().model,
-        "persistence_check.yml",
-        {"persistence_check_confirm": "yes"},
-    )
-    return f"persistence_check.yml in {seconds:.0f} s; {note}"
-
-
-def _spec_change(out) -> str:
-    """A change to kvtier_cluster (LMCache's DRAM size: every Spark's LMCache must restart) applied by site.yml
-    while a client streams through the router: one Spark at a time, no failed request."""
+def _spec_change(out, marks: dict) -> str:
+    """site.yml's second run, with one change to kvtier_cluster (LMCache's DRAM size: every Spark's LMCache must
+    restart) while a client streams requests through the router. It applies the change one Spark at a time (no
+    request fails, each Spark leaves rotation and comes back) and changes nothing else: it is also the idempotence
+    check (a task outside SPEC_CHANGE_TASKS, or any change on the storage node, fails the stage)."""
     lab_vars = yaml.safe_load((INVENTORY_DIR / "group_vars" / "all" / "lab.yml").read_text())
     model_vars = yaml.safe_load(MODEL_VARS.read_text()) if MODEL_VARS.exists() else {}
     cluster = model_vars.get("kvtier_cluster") or lab_vars["kvtier_cluster"]
@@ -570,9 +594,45 @@ def _spec_change(out) -> str:
         "# Generated by the lab's spec-change stage; `kvtier lab down` removes it. Do not commit.\n"
         + yaml.safe_dump({"kvtier_cluster": {**cluster, "lmcache": lmcache}}, sort_keys=False)
     )
-    seconds, note = day2.playbook_under_stream(out, INVENTORY, STORAGE_DATA_ADDRESS, proof_target().model, "site.yml")
+    changes: list = []
+    with _router_kept(out):
+        seconds, streamed = day2.playbook_under_stream(
+            out, INVENTORY, STORAGE_DATA_ADDRESS, proof_target().model, "site.yml", changes=changes
+        )
+    marks["settled"] = time.time()
+    (STATE / "provisioned").write_text(inputs_digest() + "\n")
+    done = [change.split(": ", 1) for change in changes]
+    unexpected = [f"{h}: {task}" for h, task in done if h not in SPARKS or task not in SPEC_CHANGE_TASKS]
+    restarted = {h for h, task in done if task == SPEC_CHANGE_RESTART}
+    if unexpected or restarted != set(SPARKS):
+        raise StageFailed(
+            f"site.yml changed what the change does not explain: {unexpected}; restarted {sorted(restarted)}"
+        )
     change = f"LMCache DRAM {lmcache['l0_dram_gib'] - 0.0625} -> {lmcache['l0_dram_gib']} GiB"
-    return f"{change} by site.yml in {seconds:.0f} s; {note}"
+    return f"{change} by site.yml in {seconds:.0f} s, {len(changes)} task(s) changed, all for it; {streamed}"
+
+
+def _haproxy(vm: host.VM) -> str:
+    """HAProxy's main PID and restart count on the router host (the storage node in the lab)."""
+    return vm.ssh("systemctl show haproxy --property=MainPID,NRestarts --value | paste -sd' '").stdout.strip()
+
+
+@contextlib.contextmanager
+def _router_kept(out):
+    """The router must run as one process through a stage under the client stream (a restarted HAProxy forgets
+    every drain and starts each Spark UP); when it did not, or the stage failed, its journal is shown."""
+    vm = host.VM(STORAGE)
+    before = _haproxy(vm)
+    try:
+        yield
+        after = _haproxy(vm)
+        if after != before:
+            raise StageFailed(f"HAProxy restarted during the stage (MainPID NRestarts {before} -> {after})")
+    except StageFailed:
+        journal = vm.ssh("journalctl -u haproxy --no-pager -n 40; dmesg | tail -n 20", check=False)
+        for line in (journal.stdout + journal.stderr).splitlines():
+            out(f"  {STORAGE}: {line}")
+        raise
 
 
 def _warmup_and_bench(out) -> str:
@@ -678,13 +738,14 @@ def up(out=print, check: bool = False, provision: bool = False, model: str | Non
     return 0 if stages.ok else 1
 
 
-def test(out=print, keep: bool = False, day2: bool = False) -> int:
-    """The test command's cluster fixture: a fresh lab, then every check that needs a serving cluster as a
-    named stage, then `lab down` with nothing left (unless keep). With day2, the day-2 stages under a client
-    stream through the router too (they have not yet passed a whole clean-clone run: the test command leaves
-    them out until they have)."""
+def test(out=print, keep: bool = False) -> int:
+    """The test command's cluster fixture: a fresh lab, then every check that needs a serving cluster as a named
+    stage, then `lab down` with nothing left (unless keep). The day-2 checks ride on the restarts the lab pays for
+    anyway: site.yml's second run applies a spec change under a client stream, and the L2 repair after the storage
+    node's reboot is the rolling restart, with the persistence check's store before the reboot and replay after."""
     stages = Stages(out)
     began = time.time()
+    marks: dict = {}  # the spec change's end: restarts before it may time out a peer lookup by design
     memory = None
     try:
         stages.run("lab down (start from nothing)", _down_stage, out)
@@ -692,24 +753,22 @@ def test(out=print, keep: bool = False, day2: bool = False) -> int:
         stages.run("hosts: images, wheels, Spark containers, storage VM", _hosts, out, [])
         stages.run("site.yml --check --diff (fresh hosts)", _site, out, check=True)
         stages.run("site.yml", _site, out)
-        stages.run("site.yml again (changes nothing)", _site, out, idempotent=True)
+        stages.run("site.yml again: a spec change, one Spark at a time (client stream)", _spec_change, out, marks)
         # Every tier of every Spark is proven by the canaries (the tier proof's claim, without restarting
-        # anything); the tier proof's other claim, the NVMe pool keeping the cache through restarts, is proven
-        # after the storage node's reboot and the LMCache restarts of the L2-fault stage.
+        # anything); the NVMe pool keeping the cache through restarts is the persistence check's replay at the end.
         stages.run("health (every check of every node)", _health, out)
         stages.run("health canaries: every tier of every Spark, nothing left", _canaries, out)
         stages.run(f"idle Sparks ({IDLE_SECONDS:.0f} s)", _idle, out)
-        stages.run("no peer-lookup timeouts", _lookup_timeouts, out, began)
+        stages.run("no peer-lookup timeouts", _lookup_timeouts, out, marks.get("settled", began))
         stages.run("warmup twice, TTFT and storage bench (small)", _warmup_and_bench, out)
         stages.run("fault: L3 not writable by LMCache (health, requests, repair)", _l3_not_writable, out)
-        if day2:
-            stages.run("rolling restart and persistence check (client stream)", _rolling_restart, out)
-            stages.run("spec change one Spark at a time (client stream)", _spec_change, out)
-        # The storage node's own checks come last: its reboot empties L2 under the Sparks. A client mounts the
-        # export that came back (in the same playbook).
-        kept = {}  # a prompt per Spark, stored before the reboot and replayed after the L2 repair
-        stages.run("storage node reboot (array, link, export back; a client mounts it)", _storage_reboot, out, kept)
-        stages.run("fault: L2 restarted under LMCache (health, repair, L3 kept)", _l2_came_back, out, day2, kept)
+        stages.run("fault: L3 directory gone (health, requests, repair)", _l3_dir_gone, out)
+        # The storage node's own checks come last: its reboot empties L2 under the Sparks.
+        stages.run("persistence check: store the set", _persistence, out, "store")
+        stages.run("fault: L2 server stopped (health, requests)", _l2_stopped, out)
+        stages.run("storage node reboot (array, link, export, L2 back; a client mounts it)", _storage_reboot, out)
+        stages.run("fault: L2 restarted under LMCache, rolling repair (client stream)", _l2_came_back, out)
+        stages.run("persistence check: replay the set (L2 emptied, every Spark restarted)", _persistence, out, "replay")
     except _LAB_ERRORS as exc:
         out(f"\n  {exc}")
     finally:

@@ -3,6 +3,7 @@ restarts serving nodes refuses to start without its confirmation, and a bad step
 contacted (the fixture's hosts do not exist)."""
 
 import json
+import re
 
 from ._playbook import ROOT, results, run_json
 
@@ -38,3 +39,15 @@ def test_a_persistence_check_step_must_be_known(tmp_path):
     rc, messages, ran = run(tmp_path, "persistence_check.yml", persistence_check_step="both")
     assert rc != 0 and ran == ["Check the step"]
     assert messages == ["persistence_check_step must be all, store or replay (it is both)."]
+
+
+def test_the_spec_change_stage_names_tasks_that_exist():
+    """The lab's spec-change stage allows exactly these changed tasks: each must be a task or handler of the
+    playbooks and roles site.yml runs (a renamed task would otherwise fail the stage as an unexplained change)."""
+    from kvtier.lab.lab import SPEC_CHANGE_RESTART, SPEC_CHANGE_TASKS
+
+    names = set()
+    for path in [*(ROOT / "playbooks").rglob("*.yml"), *(ROOT / "roles").glob("*/*/*.yml")]:
+        names |= set(re.findall(r"^\s*- name: (.+)$", path.read_text(), re.MULTILINE))
+    assert SPEC_CHANGE_RESTART in SPEC_CHANGE_TASKS
+    assert SPEC_CHANGE_TASKS <= names, SPEC_CHANGE_TASKS - names
