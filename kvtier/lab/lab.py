@@ -95,6 +95,10 @@ SPEC_CHANGE_TASKS = frozenset(
         "Note that the restart is done",
     }
 )
+# The P2P coordinator's unit (roles/vllm_lmcache/vars/main.yml); after it starts again every LMCache registers within
+# a few heartbeats (the lab's is 1 s) and sees its peers after the next poll: health must be clean well within this.
+COORDINATOR_UNIT = "kvtier-lmcache-coordinator.service"
+COORDINATOR_RECOVERY_S = 60.0
 # Requests sent to each Spark after L2 came back: its broken adapter then holds far less than the fs adapter.
 STORES_PER_SPARK = 4
 # The lab's small warmup and bench: figures, files and hits must exist (their speed is the machine's business).
@@ -516,6 +520,45 @@ def _l3_dir_gone(out) -> str:
     return _l3_fault(out, "L3_DIR_MISSING", "with the L3 directory gone", ("mv", path, aside), ("mv", aside, path))
 
 
+def _coordinator_stopped(out) -> str:
+    """The P2P coordinator stops: requests to every Spark keep succeeding (an unregistered LMCache looks up no peer),
+    health names P2P_COORDINATOR_DOWN on its host and P2P_NOT_REGISTERED on every Spark. Once it starts again, each
+    LMCache registers on its own (its heartbeat is refused as unknown and it registers again; nothing restarts), so
+    health must be clean again within COORDINATOR_RECOVERY_S."""
+    t = proof_target()
+    where = t.spec.p2p.coordinator.node
+    if where not in t.nodes:
+        raise StageFailed(f"the lab's coordinator runs on {where}, not on a Spark this stage can reach")
+    node = t.nodes[where]
+    node.run("systemctl", "stop", COORDINATOR_UNIT)
+    try:
+        times, failed = _requests_under_fault(out, t, "with the P2P coordinator stopped")
+        found, _ = _health_run(out)
+    finally:
+        node.run("systemctl", "start", COORDINATOR_UNIT)
+    down = {c["host"] for c in found if c["code"] == "P2P_COORDINATOR_DOWN" and c["status"] == health_probe.ERR}
+    unregistered = {c["host"] for c in found if c["code"] == "P2P_NOT_REGISTERED" and c["status"] == health_probe.ERR}
+    if failed or down != {where} or unregistered != set(t.nodes):
+        raise StageFailed(
+            f"{failed} request(s) failed; P2P_COORDINATOR_DOWN on {sorted(down) or 'no host'}, "
+            f"P2P_NOT_REGISTERED on {sorted(unregistered) or 'no Spark'}"
+        )
+    started = time.monotonic()
+    while True:
+        errors = _errors(health_checks.run(t)[0])
+        back = time.monotonic() - started
+        if not errors:
+            break
+        if back > COORDINATOR_RECOVERY_S:
+            raise StageFailed(f"{back:.0f} s after the coordinator started again: " + ", ".join(errors))
+        time.sleep(2)
+    return (
+        f"P2P_COORDINATOR_DOWN on {where}, P2P_NOT_REGISTERED on {len(unregistered)} Spark(s); 0 of {len(times)} "
+        f"requests failed (slowest {max(times, default=0):.2f} s); every LMCache registered again by itself, "
+        f"no ERR {back:.0f} s after the coordinator started"
+    )
+
+
 def _l2_service(vm: host.VM, action: str) -> str:
     """`systemctl <action>` of whichever L2 server the storage node runs (Valkey or Redis); its unit name."""
     found = vm.ssh(
@@ -763,6 +806,7 @@ def test(out=print, keep: bool = False) -> int:
         stages.run("warmup twice, TTFT and storage bench (small)", _warmup_and_bench, out)
         stages.run("fault: L3 not writable by LMCache (health, requests, repair)", _l3_not_writable, out)
         stages.run("fault: L3 directory gone (health, requests, repair)", _l3_dir_gone, out)
+        stages.run("fault: P2P coordinator stopped (health, requests, recovery)", _coordinator_stopped, out)
         # The storage node's own checks come last: its reboot empties L2 under the Sparks.
         stages.run("persistence check: store the set", _persistence, out, "store")
         stages.run("fault: L2 server stopped (health, requests)", _l2_stopped, out)
