@@ -169,6 +169,8 @@ def lmcache_server(spec: ClusterSpec, node_name: str, l2_password: str | None = 
             node.data_address,
             "--coordinator-heartbeat-interval",
             format_number(p2p.heartbeat_interval),
+            "--p2p-lookup-timeout",
+            format_number(p2p.lookup_timeout),
             "--p2p-advertise-url",
             f"{host_for_url(node.p2p_advertise_address)}:{node.p2p_advertise_port}",
             "--p2p-transfer-engine",

@@ -152,6 +152,7 @@ _P2P_KEYS = (
     "transfer_engine",
     "transfer_package",
     "heartbeat_interval",
+    "lookup_timeout",
     "ucx_tls",
     "nixl_progress_delay_us",
 )
@@ -298,6 +299,10 @@ class P2PSpec:
     transfer_engine: str
     transfer_package: str
     heartbeat_interval: float
+    # Seconds a peer lookup may take before it counts as a miss. LMCache's default, 30 s, is what a request pays
+    # when the peer it asked dies or restarts before answering (seen in the lab as one 30.1 s request during a rolling
+    # restart); a live peer answers from its DRAM within milliseconds, so a few seconds bound a dead one.
+    lookup_timeout: float = 5.0
     # UCX_TLS for the nixl engine; None lets UCX choose (RC over RoCE on Sparks). Containers need "tcp":
     # UCX sees one kernel and picks CMA, which cannot cross PID namespaces.
     ucx_tls: str | None = None
@@ -651,6 +656,7 @@ def _parse_p2p(r: Reader, raw_nodes) -> P2PSpec:
         transfer_engine=engine,
         transfer_package=package,
         heartbeat_interval=r.number("heartbeat_interval", 5.0),
+        lookup_timeout=r.number("lookup_timeout", 5.0, what="seconds"),
         ucx_tls=r.string("ucx_tls", None, what="a UCX_TLS value such as tcp"),
         nixl_progress_delay_us=r.integer(
             "nixl_progress_delay_us", 10000, what="microseconds (0: NIXL's busy poll)", minimum=0, maximum=1_000_000

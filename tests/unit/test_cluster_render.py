@@ -306,6 +306,20 @@ def test_nixl_progress_delay_is_rendered_for_the_lmcache_server_only():
     assert any("nixl_progress_delay_us" in p for p in validate(data))
 
 
+def test_a_dead_peer_costs_a_request_the_p2p_lookup_timeout_not_lmcaches_30_s():
+    def lookup_timeout(data):
+        argv = lmcache_server(load_spec(data), "spark02", PASSWORD).argv
+        return argv[argv.index("--p2p-lookup-timeout") + 1]
+
+    data = spec_dict()
+    assert lookup_timeout(data) == "5"
+    data["p2p"]["lookup_timeout"] = 2.5
+    assert lookup_timeout(data) == "2.5"
+    for bad in (0, -1, "soon"):
+        data["p2p"]["lookup_timeout"] = bad
+        assert any("lookup_timeout" in p for p in validate(data)), bad
+
+
 def test_rendering_is_deterministic():
     a = node_config(load_spec(spec_dict()), "spark03", PASSWORD)
     b = node_config(load_spec(spec_dict()), "spark03", PASSWORD)
