@@ -99,6 +99,7 @@ LMCACHE_MANAGED_FLAGS = (
     "--coordinator-url",
     "--coordinator-advertise-ip",
     "--coordinator-heartbeat-interval",
+    "--p2p-lookup-timeout",
     "--p2p-advertise-url",
     "--p2p-listen-url",
     "--p2p-transfer-engine",

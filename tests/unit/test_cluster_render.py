@@ -66,6 +66,8 @@ def test_full_lmcache_server_argv():
         "10.10.0.22",
         "--coordinator-heartbeat-interval",
         "5",
+        "--p2p-lookup-timeout",
+        "5",
         "--p2p-advertise-url",
         "10.10.0.22:8500",
         "--p2p-transfer-engine",
