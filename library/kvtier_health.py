@@ -25,7 +25,14 @@ options:
   l2_host: {description: L2 server address as LMCache reaches it., type: str}
   l2_port: {description: L2 server port., type: int}
   l2_user: {description: LMCache's ACL user., type: str}
-  l2_password: {description: Its password., type: str}
+  l2_password:
+    description:
+      - Its password. The LMCache server's own login, read from its process, is tried too where it differs (a
+        secrets file changed on the node); without this option it is the only one tried.
+    type: str
+  l2_login_file:
+    description: The LMCache server's secrets file, read for its L2 login when the server does not run.
+    type: path
   l3_path: {description: LMCache's L3 directory., type: path}
   nfs_mount_point:
     description: The L3 NFS mount, checked when O(rdma_fabric) is true (default, the mount that holds O(l3_path)).
@@ -78,8 +85,6 @@ tolerated:
   elements: dict
 """
 
-import time
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.kvtier_health import (
     ERR,
@@ -92,11 +97,12 @@ from ansible.module_utils.kvtier_health import (
     directory_state,
     fabric_checks,
     fabric_state,
+    lmcache_l2_view,
     running_service,
     spark_checks,
 )
 from ansible.module_utils.kvtier_lmcache import ProbeError as EndpointError
-from ansible.module_utils.kvtier_lmcache import get_metrics, lmcache_summary, probe_node
+from ansible.module_utils.kvtier_lmcache import probe_node, summary_after
 from ansible.module_utils.kvtier_nfs import MOUNTS, mount_facts, mount_point_of, read
 from ansible.module_utils.kvtier_nvme import ProbeError, collect
 from ansible.module_utils.kvtier_resp import client_view
@@ -115,12 +121,21 @@ def spark(p):
     }
     facts = {"probe": probe_node(p["endpoints"], p["model"], 5.0, p["p2p_peers"])}
     if facts["probe"].get("lmcache") is not None and p["endpoints"].get("lmcache_metrics"):
-        time.sleep(1)  # a working adapter catches up within a second (store_gap_checks)
-        facts["later"] = lmcache_summary(get_metrics(p["endpoints"]["lmcache_metrics"]))
+        # A working adapter catches up within a second (store_gap_checks).
+        facts["later"] = summary_after(p["endpoints"]["lmcache_metrics"])
     services = {name: running_service(unit) for name, unit in p["units"].items()}
     facts["lmcache"] = services.get("lmcache")
     if p["l2_host"]:
-        facts["l2"] = client_view(p["l2_host"], p["l2_port"], p["l2_user"], p["l2_password"] or "")
+        if p["l2_password"]:
+            facts["l2"] = client_view(p["l2_host"], p["l2_port"], p["l2_user"], p["l2_password"])
+        own = lmcache_l2_view(
+            (services.get("lmcache") or {}).get("pid"),
+            (p["l2_user"], p["l2_password"]),
+            lambda user, password: client_view(p["l2_host"], p["l2_port"], user, password),
+            p["l2_login_file"],
+        )
+        if own is not None:
+            facts["l2_lmcache"] = own
     if p["l3_path"]:
         # Writable as LMCache's server is (this module runs as root, which may write anywhere).
         facts["l3"] = directory_state(p["l3_path"], (services.get("lmcache") or {}).get("pid"))
@@ -159,6 +174,7 @@ def main():
             l2_port=dict(type="int"),
             l2_user=dict(type="str"),
             l2_password=dict(type="str", no_log=True),
+            l2_login_file=dict(type="path"),
             l3_path=dict(type="path"),
             nfs_mount_point=dict(type="path"),
             rdma_fabric=dict(type="bool", default=True),

@@ -30,7 +30,7 @@ def spark(t: Target, host: str) -> dict:
         f"lmcache=running_service({t.units['lmcache']!r})",
         f"vllm=running_service({t.units['vllm']!r})",
         # The store counters again a second later: a working adapter has caught up by then (store_gap_checks).
-        f"later=(time.sleep(1), lmcache_summary(get_metrics({endpoints['lmcache_metrics']!r})))[1]",
+        f"later=summary_after({endpoints['lmcache_metrics']!r})",
     ]
     if spec.l3 is not None:
         # Writable as LMCache's server is (the probe runs as root, which may write anywhere).
@@ -39,8 +39,16 @@ def spark(t: Target, host: str) -> dict:
             parts.append(f"nfs=mount_facts(mount_point_of({spec.l3.path!r}, read(MOUNTS)))")
     if t.rdma_fabric.get(host, True) and host in t.fabric:
         parts.append(f"fabric=fabric_state({t.fabric[host]['interfaces']!r})")
-    if spec.l2 is not None and t.l2_password:
-        parts.append(f"l2=client_view({spec.l2.host!r}, {spec.l2.port!r}, {spec.l2.user!r}, {t.l2_password!r})")
+    if spec.l2 is not None:
+        l2 = (spec.l2.host, spec.l2.port)
+        if t.l2_password:
+            parts.append(f"l2=client_view(*{l2!r}, {spec.l2.user!r}, {t.l2_password!r})")
+        # LMCache's own login too, where it differs from the inventory's (a secrets file changed on the node): the
+        # running server's, else the one its unit starts with.
+        parts.append(
+            f"l2_lmcache=lmcache_l2_view(running_service({t.units['lmcache']!r}).get('pid'), "
+            f"({spec.l2.user!r}, {t.l2_password!r}), lambda u, p: client_view(*{l2!r}, u, p), {t.secrets_file!r})"
+        )
     try:
         return t.nodes[host].python(SPARK_SOURCE, "dict(" + ", ".join(parts) + ")", timeout=120)
     except (NodeError, ValueError) as exc:

@@ -98,9 +98,9 @@ def under_client_stream(out, address: str, model: str):
         yield stream, watch
 
 
-def report(out, stream: ClientStream, watch: RouterWatch) -> str:
-    """Print and check what the client and the router saw: no failed request, every Spark out of rotation for a
-    while (the drain happened) and back UP."""
+def report(out, stream: ClientStream, watch: RouterWatch, leaving=None) -> str:
+    """Print and check what the client and the router saw: no failed request, each Spark of `leaving` (default:
+    every Spark) out of rotation for a while (the drain happened), and every Spark UP at the end."""
     s = stream.summary()
     away = watch.out_of_rotation()
     out(
@@ -112,7 +112,7 @@ def report(out, stream: ClientStream, watch: RouterWatch) -> str:
         out(f"  router: {server} {path}; out of rotation {away.get(server, 0.0):.0f} s")
     problems = [f"{s['failed']} of {s['requests']} requests failed ({'; '.join(s['errors'])})"] if s["failed"] else []
     problems += [f"{srv} is {st} at the router" for srv, st in watch.last().items() if st != "UP"]
-    problems += [f"{srv} never left rotation" for srv, secs in away.items() if not secs]
+    problems += [f"{srv} never left rotation" for srv, secs in away.items() if not secs and srv in (leaving or away)]
     if not watch.history:
         problems.append("the router's statistics page never answered")
     if problems:

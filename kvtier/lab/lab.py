@@ -99,6 +99,16 @@ SPEC_CHANGE_TASKS = frozenset(
 # a few heartbeats (the lab's is 1 s) and sees its peers after the next poll: health must be clean well within this.
 COORDINATOR_UNIT = "kvtier-lmcache-coordinator.service"
 COORDINATOR_RECOVERY_S = 60.0
+# The Spark the node faults stop, start with a wrong L2 password and then with another chunk size (the container
+# route's: the health probe finds its processes through the engine). site.yml's next run repairs the chunk size.
+FAULTY_SPARK = CONTAINER_SPARK
+DRIFT_CODE = "CONFIG_DRIFT_CHUNK"
+# What health names while the Spark is stopped: on it, then on every other Spark, then at the coordinator.
+STOPPED_CODES = ({"LMCACHE_DOWN", "VLLM_DOWN"}, {"P2P_PEER_MISSING"}, {"P2P_COORDINATOR_MISSING"})
+# A stopped Spark's peers drop it after their next coordinator poll; the router takes it out after its checks.
+PEER_GONE_S = 60.0
+# A restarted Spark serves again (LMCache, then vLLM loads the model) well within this on the lab.
+PEER_BACK_S = 600.0
 # Requests sent to each Spark after L2 came back: its broken adapter then holds far less than the fs adapter.
 STORES_PER_SPARK = 4
 # The lab's small warmup and bench: figures, files and hits must exist (their speed is the machine's business).
@@ -556,6 +566,117 @@ def _coordinator_stopped(out) -> str:
     )
 
 
+def _until(what: str, seconds: float, probe):
+    """Poll `probe()` every 2 s until it returns something true, which is returned; StageFailed after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = probe()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise StageFailed(f"not within {seconds:.0f} s: {what}")
+        time.sleep(2)
+
+
+def _named(found: list, codes) -> dict:
+    """{host: the codes of `codes` that are ERR there}."""
+    named: dict = {}
+    for c in found:
+        if c["status"] == health_probe.ERR and c["code"] in codes:
+            named.setdefault(c["host"], set()).add(c["code"])
+    return named
+
+
+def _chunk_drift(t, spark: str) -> str:
+    """Double the chunk size in `spark`'s LMCache unit by hand (an edit outside kvtier), applied at its next start."""
+    node, chunk = t.nodes[spark], t.spec.lmcache.chunk_size
+    unit = f"/etc/systemd/system/{t.units['lmcache']}"
+    node.run("sed", "-i", f"s/--chunk-size {chunk} /--chunk-size {chunk * 2} /", unit)
+    if f"--chunk-size {chunk * 2} " not in node.run("cat", unit):
+        raise StageFailed(f"{spark}: the chunk size in {unit} was not changed")
+    node.run("systemctl", "daemon-reload")
+    return f"chunk size {chunk} -> {chunk * 2}"
+
+
+def _peer_stopped(out) -> str:
+    """A P2P peer stops (its LMCache server; vLLM stops with it) while a client streams requests through the router,
+    and is started again with another L2 password in its secrets file; then the file is put back. No request fails:
+    the router retries a refused connection on another Spark and keeps the Spark out until it serves.
+
+    Stopped: LMCACHE_DOWN and VLLM_DOWN on it, P2P_PEER_MISSING on every other Spark, P2P_COORDINATOR_MISSING at the
+    coordinator. Wrong password: its unit's start gate refuses to start (LMCache would hang every request that
+    reaches L2), and health names L2_AUTH from the secrets file. Put back, it starts with its chunk size changed by
+    hand (the next stage's fault): every code of this stage is gone."""
+    t = proof_target()
+    node, unit, secrets_file = t.nodes[FAULTY_SPARK], t.units["lmcache"], t.secrets_file
+    on_it, on_peers, at_coordinator = STOPPED_CODES
+    wanted = {s: on_it if s == FAULTY_SPARK else on_peers for s in t.nodes}
+    where = t.spec.p2p.coordinator.node
+    wanted[where] = wanted.get(where, set()) | at_coordinator
+    refused = {FAULTY_SPARK: {"L2_AUTH"} | on_it}
+    every = set().union(*STOPPED_CODES, {"L2_AUTH"})
+
+    def named_everywhere(codes: dict):
+        def probe():
+            found, _ = _health_run(out)
+            named = _named(found, every)
+            return found if all(c <= named.get(h, set()) for h, c in codes.items()) else None
+
+        return probe
+
+    with _router_kept(out), day2.under_client_stream(out, STORAGE_DATA_ADDRESS, t.model) as (stream, watch):
+        began = time.monotonic()
+        node.run("systemctl", "stop", unit)
+        _until(f"the router takes {FAULTY_SPARK} out", PEER_GONE_S, lambda: watch.last().get(FAULTY_SPARK) == "DOWN")
+        out(f"  {FAULTY_SPARK} stopped; DOWN at the router {time.monotonic() - began:.0f} s later")
+        stopped = _until("health names the stopped peer everywhere", PEER_GONE_S, named_everywhere(wanted))
+        gone = time.monotonic() - began
+        node.run("cp", "-p", secrets_file, f"{secrets_file}.kvtier-fault")
+        password = secrets.token_hex(16)  # refused by the L2 server, never shown
+        node.run("sed", "-i", f's/^LMCACHE_RESP_PASSWORD=.*/LMCACHE_RESP_PASSWORD="{password}"/', secrets_file)
+        node.run("systemctl", "start", "--no-block", unit)
+        gated = _until("health names the refused login", PEER_GONE_S, named_everywhere(refused))
+        if node.run("systemctl", "show", "--property=ActiveState", "--value", unit).strip() == "active":
+            raise StageFailed(f"{unit} runs with a login the L2 server refuses")
+        drift = _chunk_drift(t, FAULTY_SPARK)
+        node.run("mv", f"{secrets_file}.kvtier-fault", secrets_file)
+        started = time.monotonic()
+        node.run("systemctl", "start", unit)
+        _until(f"{FAULTY_SPARK} UP at the router", PEER_BACK_S, lambda: watch.last().get(FAULTY_SPARK) == "UP")
+        back = time.monotonic() - started
+    streamed = day2.report(out, stream, watch, leaving={FAULTY_SPARK})
+    after, _ = _health_run(out)
+    left = _named(after, every)
+    if left:
+        raise StageFailed(f"after {FAULTY_SPARK} started again: {left}")
+    stop_codes = "; ".join(f"{', '.join(sorted(c))} on {h}" for h, c in sorted(_named(stopped, every).items()))
+    return (
+        f"stopped: {stop_codes} (named {gone:.0f} s after the stop); wrong L2 password: the unit refused to start, "
+        f"{', '.join(sorted(_named(gated, every)[FAULTY_SPARK]))} on {FAULTY_SPARK}; {streamed}; file put back "
+        f"and started ({drift}), UP at the router after {back:.0f} s, no code of this stage left"
+    )
+
+
+def _drifted_spark(out) -> str:
+    """The Spark the previous stage started again runs with its chunk size changed by hand: requests to every Spark
+    keep succeeding (its cache keys differ, so it shares nothing with the others: zero hits, no error) and health
+    names CONFIG_DRIFT_CHUNK, on it only, and no other ERR. site.yml's next run (the spec-change stage) writes the
+    unit again and restarts it behind the router."""
+    t = proof_target()
+    times, failed = _requests_under_fault(out, t, "with a Spark drifted")
+    found, _ = _health_run(out)
+    named = _named(found, {c["code"] for c in found})
+    if failed or named != {FAULTY_SPARK: {DRIFT_CODE}}:
+        raise StageFailed(
+            f"{failed} request(s) failed; ERR {named or 'nowhere'}, expected {DRIFT_CODE} on {FAULTY_SPARK} only"
+        )
+    reason = next(c["reason"] for c in found if c["code"] == DRIFT_CODE)
+    return (
+        f"{DRIFT_CODE} on {FAULTY_SPARK} only ({reason}); 0 of {len(times)} requests failed (slowest "
+        f"{max(times, default=0):.2f} s); site.yml's next run repairs it"
+    )
+
+
 def _l2_service(vm: host.VM, action: str) -> str:
     """`systemctl <action>` of whichever L2 server the storage node runs (Valkey or Redis); its unit name."""
     found = vm.ssh(
@@ -793,6 +914,11 @@ def test(out=print, keep: bool = False) -> int:
         stages.run("hosts: images, wheels, Spark containers, storage VM", _hosts, out, [])
         stages.run("site.yml --check --diff (fresh hosts)", _site, out, check=True)
         stages.run("site.yml", _site, out)
+        stages.run(
+            f"fault: P2P peer stopped, then a wrong L2 password ({FAULTY_SPARK}; client stream)", _peer_stopped, out
+        )
+        stages.run(f"fault: another chunk size on {FAULTY_SPARK} (health, requests)", _drifted_spark, out)
+        # The spec change also repairs the chunk size: the health stage after it must be clean.
         stages.run("site.yml again: a spec change, one Spark at a time (client stream)", _spec_change, out, marks)
         # Every tier of every Spark is proven by the canaries (the tier proof's claim, without restarting
         # anything); the NVMe pool keeping the cache through restarts is the persistence check's replay at the end.

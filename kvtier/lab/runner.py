@@ -29,12 +29,25 @@ class _Progress:
         self.changed = 0
         self.changed_tasks: list[str] = []
         self.failures: list[str] = []
+        self._counted: dict = {}  # host -> changes seen in task results
+
+    def _hidden_changes(self, stats: dict) -> None:
+        """A no_log task's event carries no result, not even `changed`; the play recap still counts it. Each such
+        change is listed as one entry per host, so that no check of what a run changed can miss it."""
+        for host, total in sorted((stats.get("changed") or {}).items()):
+            hidden = total - self._counted.get(host, 0)
+            if hidden > 0:
+                self.changed += hidden
+                self.changed_tasks.append(f"{host}: {hidden} task(s) whose results no_log hides")
+                self.out(f"    {'changed':<9} {host:<18} {hidden} task(s) whose results no_log hides")
 
     def __call__(self, event: dict) -> bool:
         kind = event.get("event")
         data = event.get("event_data", {})
         if kind == "playbook_on_play_start":
             self.out(f"\n  play: {data.get('play', '')}")
+        if kind == "playbook_on_stats":
+            self._hidden_changes(data)
         status = _STATUS.get(kind)
         if status:
             result = data.get("res", {})
@@ -42,6 +55,7 @@ class _Progress:
                 status = "changed"
                 self.changed += 1
                 self.changed_tasks.append(f"{data.get('host')}: {data.get('task')}")
+                self._counted[data.get("host")] = self._counted.get(data.get("host"), 0) + 1
             if status in ("FAILED", "UNREACHABLE") and data.get("ignore_errors"):
                 status = "failed (ignored)"
             self.out(f"    {status:<9} {data.get('host', ''):<18} {data.get('task', '')}")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import urllib.error
 import urllib.request
@@ -39,6 +40,9 @@ RSIZE_WANTED = 1048576
 STORE_GAP_FRACTION = 0.05
 # Clocks of a Spark and the storage node can differ by this much before an L2 restart is told from its start.
 L2_RESTART_MARGIN_S = 30
+# Where LMCache's resp adapter reads its L2 login (kvtier renders both into the server's root-only environment file).
+# The valkey adapter's login sits in its JSON argument, swapped for some LMCache releases: not read here.
+L2_LOGIN_ENV = ("LMCACHE_RESP_USERNAME", "LMCACHE_RESP_PASSWORD")
 
 
 def check(host, tier, status, code, reason, fix=""):
@@ -99,6 +103,54 @@ def container_process(pid):
         return int(out.strip() or 0)
     except (OSError, subprocess.SubprocessError, ValueError):
         return 0
+
+
+def process_l2_login(pid):
+    """(user, password) the LMCache server `pid` logs in to L2 with, from its environment; None when it holds none
+    or cannot be read. Only for a probe's login: no check ever carries the password."""
+    try:
+        with open(f"/proc/{int(pid)}/environ", "rb") as f:
+            pairs = [a.decode("utf-8", "replace").split("=", 1) for a in f.read().split(b"\0") if b"=" in a]
+    except (OSError, ValueError, TypeError):
+        return None
+    return _login(dict(pairs))
+
+
+def env_file_l2_login(path):
+    """(user, password) in a systemd EnvironmentFile as kvtier writes it (NAME="value", backslash escapes): the login
+    LMCache starts with; None when the file holds none or cannot be read (it is root's only)."""
+    env = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            for line in f:
+                name, sep, value = line.strip().partition("=")
+                if not sep or name.startswith("#"):
+                    continue
+                if len(value) >= 2 and value[0] == value[-1] == '"':
+                    value = re.sub(r"\\(.)", r"\1", value[1:-1])
+                env[name] = value
+    except OSError:
+        return None
+    return _login(env)
+
+
+def _login(env):
+    if not all(env.get(name) for name in L2_LOGIN_ENV):
+        return None
+    return tuple(env[name] for name in L2_LOGIN_ENV)
+
+
+def lmcache_l2_view(pid, known, view, env_file=None):
+    """L2 as the LMCache server logs in with its own credentials: `view(user, password)` (`client_view` bound to the
+    server's address) plus login_from: "process" (the running server `pid`), or "file" (`env_file`, what it starts
+    with, when it does not run). None when no login can be read or it is `known` (user, password), already probed:
+    a login changed on the node alone is invisible to a probe that takes the inventory's password."""
+    login, source = (process_l2_login(pid) if pid else None), "process"
+    if login is None and env_file:
+        login, source = env_file_l2_login(env_file), "file"
+    if login is None or login == tuple(known or ()):
+        return None
+    return {**view(*login), "login_from": source}
 
 
 def process_started_at(pid):
@@ -689,6 +741,32 @@ def l2_checks(host, facts):
     return out
 
 
+def l2_login_checks(host, own):
+    """LMCache's own L2 login, where it differs from the inventory's (`lmcache_l2_view`): refused is L2_AUTH. A
+    running server would hang every request that reaches L2 (LMCache 0.5.6), so kvtier's unit does not start with
+    it. Down and memory are judged by `l2_checks`."""
+    if not own or not own.get("auth_error"):
+        return []
+    if own.get("login_from") == "process":
+        what = "the running LMCache server logs in to L2 with other credentials than the inventory's"
+    else:
+        what = (
+            "the LMCache server's secrets file holds other L2 credentials than the inventory's (its unit refuses "
+            "to start with them)"
+        )
+    return [
+        check(
+            host,
+            "l2",
+            ERR,
+            "L2_AUTH",
+            f"{what}, and the L2 server refuses them ({own['auth_error']})",
+            f"the file was changed on the node: re-run spark.yml --limit {host} (it writes the file again and "
+            "restarts LMCache behind the router)",
+        )
+    ]
+
+
 def l2_restart_checks(host, l2, lmcache, adapter):
     """The L2 server started after this node's LMCache server: LMCache 0.5.6's resp adapter keeps its old
     connection, never reconnects, and every store to L2 fails until the LMCache server restarts."""
@@ -978,16 +1056,23 @@ def spark_checks(host, facts, expect):
 
     `facts`: probe (`probe_node`), later (`lmcache_summary` a second after), lmcache (`running_service` of the
     LMCache server), l2 (`client_view` as LMCache's user), l3 (`directory_state`), nfs (`mount_facts`), fabric
-    (`fabric_state`); any may be missing. `expect`: model, adapters, p2p_peers, plus l2 (LMCache has an L2 tier),
-    l3 (it has an L3 tier), rdma_fabric (the L3 directory is an NFS mount), io_size (the mount's rsize/wsize) and
-    mtu (the fabric's).
+    (`fabric_state`), l2_lmcache (`lmcache_l2_view`); any may be missing. `expect`: model, adapters, p2p_peers,
+    plus l2 (LMCache has an L2 tier), l3 (it has an L3 tier), rdma_fabric (the L3 directory is an NFS mount),
+    io_size (the mount's rsize/wsize) and mtu (the fabric's).
     """
     probe = facts.get("probe") or {}
     out = serving_checks(host, probe, expect)
     out += store_gap_checks(host, probe.get("lmcache"), expect, facts.get("later"))
     if "l2" in facts:
         out += l2_checks(host, facts["l2"])
+        out += l2_login_checks(host, facts.get("l2_lmcache"))
         out += l2_restart_checks(host, facts["l2"], facts.get("lmcache"), (expect.get("adapters") or {}).get("l2"))
+    elif facts.get("l2_lmcache"):
+        # No password given: LMCache's own login is probed alone, and it is how LMCache sees L2.
+        out += l2_checks(host, facts["l2_lmcache"])
+        out += l2_restart_checks(
+            host, facts["l2_lmcache"], facts.get("lmcache"), (expect.get("adapters") or {}).get("l2")
+        )
     elif expect.get("l2"):
         out.append(
             check(
@@ -995,7 +1080,7 @@ def spark_checks(host, facts, expect):
                 "l2",
                 UNVERIFIED,
                 "L2_PASSWORD_UNKNOWN",
-                "no L2 password was given, so LMCache's login was not tried",
+                "no L2 password was given and the LMCache server's own login could not be read, so no login was tried",
                 "pass the vault password (--vault-password-file) or the module's l2_password",
             )
         )

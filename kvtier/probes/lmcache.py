@@ -234,6 +234,16 @@ def get_metrics(url: str, timeout: float = 5.0) -> list:
         raise ProbeError(f"{url}: {exc}") from None
 
 
+def summary_after(url: str, seconds: float = 1.0) -> dict | None:
+    """`lmcache_summary` of the counters at `url`, read `seconds` from now; None when they cannot be read then (a
+    server that is down is named by `probe_node`, and must not stop the other checks of its node)."""
+    time.sleep(seconds)
+    try:
+        return lmcache_summary(get_metrics(url))
+    except ProbeError:
+        return None
+
+
 def probe_node(endpoints: dict, model: str | None = None, timeout: float = 5.0, p2p_peers: int | None = None) -> dict:
     """Health of one serving node. `endpoints` as rendered by kvtier.cluster (vllm, lmcache_http,
     lmcache_metrics); any of them may be absent. With `p2p_peers` (needs lmcache_http), the server must be

@@ -30,7 +30,9 @@ _CONNECTION_VARS = (
 
 
 # Per-Spark variables the health checks read (the roles' defaults fill in what is unset).
-_HEALTH_VARS = ("kvtier_rdma_fabric", "roce_mtu", "nfs_client_io_size")
+_HEALTH_VARS = ("kvtier_rdma_fabric", "roce_mtu", "nfs_client_io_size", "vllm_lmcache_config_dir")
+# The LMCache server's secrets file in its configuration directory (roles/vllm_lmcache/vars/main.yml).
+SECRETS_FILE_NAME = "lmcache-secrets.env"
 # What every host on the RoCE fabric is checked against (the storage node's too).
 _FABRIC_VARS = ("roce_interface", "roce_extra_interfaces", "roce_mtu")
 
@@ -54,6 +56,8 @@ class Target:
     rdma_fabric: dict = dataclasses.field(default_factory=dict)  # Spark -> has an RDMA fabric (NFS mount)
     # Host on the fabric -> {interfaces, mtu, io_size}: its RoCE netdevs, the fabric's MTU, the NFS rsize/wsize.
     fabric: dict = dataclasses.field(default_factory=dict)
+    # The LMCache server's secrets file on every Spark: its L2 login when it does not run.
+    secrets_file: str = f"/etc/kvtier/{SECRETS_FILE_NAME}"
 
     @property
     def model(self) -> str:
@@ -105,6 +109,9 @@ def from_inventory(inventory: Inventory) -> Target:
     except (InventoryError, SpecError) as exc:
         raise TargetError(str(exc)) from None
     raid_defaults = derive.role_defaults("nvme_raid")
+    config_dir = hostvars[sparks[0]].get("vllm_lmcache_config_dir") or derive.role_defaults("vllm_lmcache").get(
+        "vllm_lmcache_config_dir"
+    )
     return Target(
         spec=spec,
         nodes={host: nodes.from_hostvars(host, hostvars[host]) for host in sparks},
@@ -115,6 +122,7 @@ def from_inventory(inventory: Inventory) -> Target:
         array_name=storage_host.get("nvme_raid_name", raid_defaults.get("nvme_raid_name")),
         rdma_fabric={h: bool(hostvars[h].get("kvtier_rdma_fabric", True)) for h in sparks},
         fabric=_fabric(hostvars, sparks, storage[0] if len(storage) == 1 else None, storage_host),
+        secrets_file=f"{config_dir}/{SECRETS_FILE_NAME}",
     )
 
 

@@ -15,6 +15,7 @@ from kvtier.health import checks, gather, report
 from kvtier.probes import health as h
 from kvtier.probes import lmcache as lmcache_probe
 from kvtier.probes import nfs as nfs_probe
+from kvtier.proof.nodes import Node
 from kvtier.proof.target import Target
 from tests.unit._cluster_data import spec_dict
 from tests.unit.test_lmcache_probe import server  # noqa: F401  (the recorded LMCache/vLLM endpoints)
@@ -135,6 +136,53 @@ def test_l2_as_lmcache_sees_it(redis_server):  # noqa: F811
     assert codes(full, h.WARN) == [("s", "l2", "L2_MEMORY_FULL"), ("s", "l2", "L2_LATENCY")]
 
 
+def _lmcache_like(password):
+    """A process holding the L2 login in its environment as kvtier's LMCache server does."""
+    env = {"PATH": os.environ["PATH"], "LMCACHE_RESP_USERNAME": "probe", "LMCACHE_RESP_PASSWORD": password}
+    return subprocess.Popen(["sleep", "60"], env=env)
+
+
+def test_lmcache_own_l2_login_is_tried_where_it_differs(redis_server, tmp_path):  # noqa: F811
+    # A secrets file changed on one node: the inventory's login works, LMCache's is refused and every store to L2
+    # fails with requests still succeeding. Only LMCache's own login shows it; the password is in no check.
+    namespace = {}
+    exec(compile(gather.SPARK_SOURCE, "spark-gather", "exec"), namespace)
+    inventory = ("probe", "probe-password-1234567")
+
+    def view(user, password):
+        return namespace["client_view"]("127.0.0.1", redis_server, user, password)
+
+    wrong, right = _lmcache_like("an-old-password-000000"), _lmcache_like(inventory[1])
+    try:
+        assert namespace["process_l2_login"](wrong.pid) == ("probe", "an-old-password-000000")
+        assert namespace["lmcache_l2_view"](right.pid, inventory, view) is None  # the inventory's, already probed
+        facts = {"l2": view(*inventory), "l2_lmcache": namespace["lmcache_l2_view"](wrong.pid, inventory, view)}
+        found = h.spark_checks("spark02", facts, {"l2": True})
+        assert codes(found, h.ERR) == [("spark02", "l2", "L2_AUTH")]
+        assert "spark.yml --limit spark02" in next(c["fix"] for c in found if c["status"] == h.ERR)
+        assert "an-old-password" not in json.dumps(found)
+        # Without the inventory's password, LMCache's own login is the probe (no UNVERIFIED where it can be read).
+        alone = {"l2_lmcache": namespace["lmcache_l2_view"](right.pid, (None, None), view)}
+        assert [c["code"] for c in h.spark_checks("spark02", alone, {"l2": True})] == ["L2_NO_MAXMEMORY"]
+    finally:
+        for proc in (wrong, right):
+            proc.kill()
+            proc.wait()
+    assert namespace["lmcache_l2_view"](os.getpid(), inventory, view) is None  # no login in this environment
+    # Not running (its unit refused to start): the login it starts with, from its secrets file as the role writes it.
+    secrets = tmp_path / "lmcache-secrets.env"
+    secrets.write_text(
+        '# Ansible managed\nLMCACHE_RESP_PASSWORD="an-old-\\"pass\\$word"\nLMCACHE_RESP_USERNAME="probe"\n'
+    )
+    assert namespace["env_file_l2_login"](str(secrets)) == ("probe", 'an-old-"pass$word')
+    stopped = namespace["lmcache_l2_view"](0, inventory, view, str(secrets))
+    assert stopped["login_from"] == "file" and "auth_error" in stopped
+    found = h.spark_checks("spark02", {"l2": view(*inventory), "l2_lmcache": stopped}, {"l2": True})
+    assert "secrets file" in next(c["reason"] for c in found if c["code"] == "L2_AUTH")
+    assert namespace["env_file_l2_login"](str(tmp_path / "missing.env")) is None
+    assert codes(h.spark_checks("spark02", {}, {"l2": True})) == [("spark02", "l2", "L2_PASSWORD_UNKNOWN")]
+
+
 def test_gatherers_run_as_one_script(server, tmp_path):  # noqa: F811
     url, _ = server
     namespace = {}
@@ -145,6 +193,18 @@ def test_gatherers_run_as_one_script(server, tmp_path):  # noqa: F811
     assert state["exists"] and state["writable"] and 0 < state["free_ratio"] <= 1
     assert namespace["running_service"]("kvtier-no-such.service")["active"] is False
     exec(compile(gather.STORAGE_SOURCE, "storage-gather", "exec"), {})
+
+
+def test_a_spark_whose_services_are_stopped_is_named_not_unreachable():
+    # The whole gather script runs (here, on this machine) with nothing listening: every fact is gathered, and the
+    # checks name the stopped services, not an unreachable node.
+    spark = sorted(spec_dict()["nodes"])[0]
+    units = {"lmcache": "kvtier-no-such-lmcache.service", "vllm": "kvtier-no-such-vllm.service"}
+    t = Target(spec=load_spec(spec_dict()), nodes={spark: Node(spark, [])}, units=units)
+    facts = gather.spark(t, spark)
+    assert "error" not in facts and facts["later"] is None
+    found = codes(checks.spark_checks(t, spark, facts), h.ERR)
+    assert (spark, "serving", "LMCACHE_DOWN") in found and (spark, "serving", "VLLM_DOWN") in found
 
 
 def test_l3_directory(tmp_path):

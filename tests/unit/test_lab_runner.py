@@ -53,6 +53,28 @@ def test_check_mode_reports_the_change_and_makes_none(tmp_path):
     assert run_playbook(tmp_path, "site.yml", inventory, out=lines.append)[:2] == (True, 0)
 
 
+def test_a_change_that_no_log_hides_is_still_counted(tmp_path):
+    # ansible-runner's event of a no_log task holds no `changed`: a secret rewritten on every run would pass an
+    # idempotence check that reads task results alone.
+    target = tmp_path / "secret"
+    inventory = make_project(
+        tmp_path,
+        f"""\
+        - name: Write a secret
+          ansible.builtin.copy:
+            content: "s3cret\\n"
+            dest: {target}
+            mode: "0600"
+          no_log: true
+        """,
+    )
+    changes, lines = [], []
+    ok, changed, _, _ = run_playbook(tmp_path, "site.yml", inventory, out=lines.append, changes=changes)
+    assert (ok, changed, changes) == (True, 1, ["box: 1 task(s) whose results no_log hides"])
+    assert not any("s3cret" in line for line in lines)
+    assert run_playbook(tmp_path, "site.yml", inventory, out=lines.append)[:2] == (True, 0)
+
+
 def test_a_failure_is_returned_with_its_message(tmp_path):
     inventory = make_project(
         tmp_path,

@@ -1,0 +1,40 @@
+"""ExecStartPre of the LMCache server (installed by kvtier's vllm_lmcache role): refuse to start with an L2 login
+the L2 server refuses.
+
+LMCache 0.5.6's resp adapter, started with a login the server refuses, never completes a lookup: every request
+that reaches L2 waits for ever while vLLM's /health answers 200, so the router keeps sending it requests
+(measured in kvtier's lab). Not starting is the better failure: vLLM does not start either, the router sends the
+Spark's requests to the others, `systemctl status` says why, and `kvtier health` names L2_AUTH.
+
+An L2 server that does not answer does not stop the start: LMCache's stores and loads then fail at once (a
+refused connection) while the other tiers serve, and health names L2_DOWN.
+
+Usage: kvtier_l2_login_check.py HOST PORT, with LMCACHE_RESP_USERNAME and LMCACHE_RESP_PASSWORD in the
+environment (the unit's EnvironmentFile). Standard library only; kvtier_resp.py sits beside it.
+"""
+
+import os
+import sys
+
+from kvtier_resp import client_view
+
+
+def main(argv):
+    host, port = argv[1], int(argv[2])
+    user, password = os.environ.get("LMCACHE_RESP_USERNAME", ""), os.environ.get("LMCACHE_RESP_PASSWORD", "")
+    view = client_view(host, port, user, password)
+    if "auth_error" in view:
+        print(
+            f"kvtier: the L2 server at {host}:{port} refuses LMCache's login as {user!r} ({view['auth_error']}); "
+            "not starting, since LMCache would hang every request that reaches L2. Fix the password in this "
+            "unit's EnvironmentFile: re-run spark.yml for this host.",
+            file=sys.stderr,
+        )
+        return 1
+    if "error" in view:
+        print(f"kvtier: the L2 server does not answer ({view['error']}); starting without it", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
