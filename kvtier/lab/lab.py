@@ -40,6 +40,8 @@ from kvtier.vm import host, image
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 STATE = REPO / ".cache" / "lab"
+# The inputs digest of the lab's last good site.yml.
+PROVISIONED = STATE / "provisioned"
 # The lab's wheelhouse (~700 MB) is a per-user cache like the VM image, so a fresh clone on the same machine does
 # not fetch and repack it again; the build keeps it while its recipe holds and rebuilds it when the recipe changes.
 WHEELHOUSE = pathlib.Path(os.environ.get("KVTIER_LAB_WHEELHOUSE") or os.path.expanduser("~/.cache/kvtier/wheelhouse"))
@@ -273,8 +275,7 @@ def inputs_digest() -> str:
 
 
 def _provisioned_digest() -> str | None:
-    path = STATE / "provisioned"
-    return path.read_text().strip() if path.exists() else None
+    return PROVISIONED.read_text().strip() if PROVISIONED.exists() else None
 
 
 def _build_images(out) -> tuple:
@@ -333,8 +334,13 @@ def _site(out, check: bool = False) -> str:
     if not ok:
         raise StageFailed("; ".join(failures) or "site.yml failed")
     if not check:
-        (STATE / "provisioned").write_text(inputs_digest() + "\n")
+        _record_provisioned()
     return note
+
+
+def _record_provisioned() -> None:
+    """Record the inputs of the lab's last good site.yml (`lab up` provisions again when they change)."""
+    PROVISIONED.write_text(inputs_digest() + "\n")
 
 
 def proof_target() -> target.Target:
@@ -598,6 +604,16 @@ def _chunk_drift(t, spark: str) -> str:
     return f"chunk size {chunk} -> {chunk * 2}"
 
 
+def _start_outcome(node, unit: str) -> str | None:
+    """ "refused" once a start of `unit` has failed (waiting to restart, or given up), "running" once it is active,
+    None while the start is still under way."""
+    shown = node.run("systemctl", "show", "--property=ActiveState", "--property=SubState", unit)
+    state = dict(line.split("=", 1) for line in shown.splitlines() if "=" in line)
+    if state.get("ActiveState") == "failed" or state.get("SubState") == "auto-restart":
+        return "refused"
+    return "running" if state.get("ActiveState") == "active" else None
+
+
 def _peer_stopped(out) -> str:
     """A P2P peer stops (its LMCache server; vLLM stops with it) while a client streams requests through the router,
     and is started again with another L2 password in its secrets file; then the file is put back. No request fails:
@@ -635,9 +651,10 @@ def _peer_stopped(out) -> str:
         password = secrets.token_hex(16)  # refused by the L2 server, never shown
         node.run("sed", "-i", f's/^LMCACHE_RESP_PASSWORD=.*/LMCACHE_RESP_PASSWORD="{password}"/', secrets_file)
         node.run("systemctl", "start", "--no-block", unit)
+        state = _until(f"{unit} refused to start or running", PEER_GONE_S, lambda: _start_outcome(node, unit))
+        if state == "running":
+            raise StageFailed(f"{unit} runs with a login the L2 server refuses: its start gate let it through")
         gated = _until("health names the refused login", PEER_GONE_S, named_everywhere(refused))
-        if node.run("systemctl", "show", "--property=ActiveState", "--value", unit).strip() == "active":
-            raise StageFailed(f"{unit} runs with a login the L2 server refuses")
         drift = _chunk_drift(t, FAULTY_SPARK)
         node.run("mv", f"{secrets_file}.kvtier-fault", secrets_file)
         started = time.monotonic()
@@ -677,14 +694,14 @@ def _drifted_spark(out) -> str:
     )
 
 
-def _l2_service(vm: host.VM, action: str) -> str:
-    """`systemctl <action>` of whichever L2 server the storage node runs (Valkey or Redis); its unit name."""
+def _stop_l2_server(vm: host.VM) -> str:
+    """Stop whichever L2 server the storage node runs (Valkey or Redis); its unit name."""
     found = vm.ssh(
         "for u in valkey-server redis-server; do systemctl is-enabled --quiet $u 2>/dev/null && echo $u; done"
     ).stdout.split()
     if len(found) != 1:
         raise StageFailed(f"expected one enabled L2 server unit on {STORAGE}, found {found or 'none'}")
-    vm.ssh(f"systemctl {action} {found[0]}")
+    vm.ssh(f"systemctl stop {found[0]}")
     return found[0]
 
 
@@ -693,7 +710,7 @@ def _l2_stopped(out) -> str:
     to every Spark keep succeeding (a refused connection fails LMCache's stores and loads at once), and health names
     L2_DOWN on every Spark, probed from the Spark with LMCache's credentials."""
     t = proof_target()
-    unit = _l2_service(host.VM(STORAGE), "stop")
+    unit = _stop_l2_server(host.VM(STORAGE))
     times, failed = _requests_under_fault(out, t, "with the L2 server stopped")
     found, _ = _health_run(out)
     named = {c["host"] for c in found if c["code"] == "L2_DOWN" and c["status"] == health_probe.ERR}
@@ -724,10 +741,7 @@ def _l2_came_back(out) -> str:
     l2_caught = {c["host"] for c in seen if c["tier"] == "l2" and c["status"] == health_probe.ERR}
     if l2_caught != set(t.nodes):
         raise StageFailed(f"the canaries saw the broken L2 adapter on {sorted(l2_caught) or 'no Spark'} only")
-    with _router_kept(out):
-        seconds, streamed = day2.playbook_under_stream(
-            out, INVENTORY, STORAGE_DATA_ADDRESS, t.model, "repair_lmcache.yml"
-        )
+    seconds, streamed = _under_stream(out, "repair_lmcache.yml", t.model)
     found, _ = _health_run(out)
     errors = _errors(found)
     if errors:
@@ -756,12 +770,9 @@ def _spec_change(out, marks: dict) -> str:
         + yaml.safe_dump({"kvtier_cluster": {**cluster, "lmcache": lmcache}}, sort_keys=False)
     )
     changes: list = []
-    with _router_kept(out):
-        seconds, streamed = day2.playbook_under_stream(
-            out, INVENTORY, STORAGE_DATA_ADDRESS, proof_target().model, "site.yml", changes=changes
-        )
+    seconds, streamed = _under_stream(out, "site.yml", proof_target().model, changes=changes)
     marks["settled"] = time.time()
-    (STATE / "provisioned").write_text(inputs_digest() + "\n")
+    _record_provisioned()
     done = [change.split(": ", 1) for change in changes]
     unexpected = [f"{h}: {task}" for h, task in done if h not in SPARKS or task not in SPEC_CHANGE_TASKS]
     restarted = {h for h, task in done if task == SPEC_CHANGE_RESTART}
@@ -776,6 +787,13 @@ def _spec_change(out, marks: dict) -> str:
 def _haproxy(vm: host.VM) -> str:
     """HAProxy's main PID and restart count on the router host (the storage node in the lab)."""
     return vm.ssh("systemctl show haproxy --property=MainPID,NRestarts --value | paste -sd' '").stdout.strip()
+
+
+def _under_stream(out, playbook: str, model: str, changes: list | None = None) -> tuple:
+    """(run time, note) of `playbook` on the lab while a client streams requests through the router, which must
+    stay one process throughout (`_router_kept`)."""
+    with _router_kept(out):
+        return day2.playbook_under_stream(out, INVENTORY, STORAGE_DATA_ADDRESS, model, playbook, changes=changes)
 
 
 @contextlib.contextmanager
@@ -984,7 +1002,7 @@ def _destroy_vm() -> list[str]:
 def _forget_inventory() -> list[str]:
     removed = []
     # The secrets belong to the lab that is gone, and so does the record of its last good site.yml.
-    for path in (INVENTORY, MODEL_VARS, SPEC_CHANGE_VARS, STATE / "secrets.json", STATE / "provisioned"):
+    for path in (INVENTORY, MODEL_VARS, SPEC_CHANGE_VARS, STATE / "secrets.json", PROVISIONED):
         if path.exists():
             path.unlink()
             removed.append(str(path.relative_to(REPO)))
