@@ -6,6 +6,7 @@ stock Ansible's, as real clusters get by default.
 
 from __future__ import annotations
 
+import collections
 import os
 import pathlib
 import sys
@@ -29,13 +30,13 @@ class _Progress:
         self.changed = 0
         self.changed_tasks: list[str] = []
         self.failures: list[str] = []
-        self._counted: dict = {}  # host -> changes seen in task results
 
     def _hidden_changes(self, stats: dict) -> None:
         """A no_log task's event carries no result, not even `changed`; the play recap still counts it. Each such
         change is listed as one entry per host, so that no check of what a run changed can miss it."""
+        seen = collections.Counter(task.split(": ", 1)[0] for task in self.changed_tasks)
         for host, total in sorted((stats.get("changed") or {}).items()):
-            hidden = total - self._counted.get(host, 0)
+            hidden = total - seen[host]
             if hidden > 0:
                 self.changed += hidden
                 self.changed_tasks.append(f"{host}: {hidden} task(s) whose results no_log hides")
@@ -55,7 +56,6 @@ class _Progress:
                 status = "changed"
                 self.changed += 1
                 self.changed_tasks.append(f"{data.get('host')}: {data.get('task')}")
-                self._counted[data.get("host")] = self._counted.get(data.get("host"), 0) + 1
             if status in ("FAILED", "UNREACHABLE") and data.get("ignore_errors"):
                 status = "failed (ignored)"
             self.out(f"    {status:<9} {data.get('host', ''):<18} {data.get('task', '')}")
