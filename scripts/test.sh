@@ -64,6 +64,19 @@ report_vm_track() {
   cat "$vm_log"
 }
 
+# The lab's closing table, printed last (a CI log is often read from its end): on a failure, first the end of the
+# stage that failed (its last lines before `lab down`, with the reason).
+report_lab() {
+  local log=$LOG_DIR/lab.log
+  [ -f "$log" ] || return 0
+  if [ "$1" = 0 ]; then
+    echo "==> the end of the lab's output before it went down (all of it: $log):"
+    awk '/^==> lab down \(nothing left\)/ { exit } { print }' "$log" | tail -n 20
+  fi
+  echo "==> the lab's closing table:"
+  sed -n '/^kvtier lab test: /,$p' "$log"
+}
+
 checks_ok=1
 checks_track || checks_ok=0
 if [ "$checks_ok" = 0 ]; then
@@ -81,9 +94,10 @@ step lab "$MAKE" --no-print-directory lab-test || lab_ok=0
 vm_ok=1
 wait "$vm_pid" || vm_ok=0
 report_vm_track
+report_lab "$lab_ok"
 if [ "$lab_ok" = 0 ] || [ "$vm_ok" = 0 ]; then
   [ "$vm_ok" = 0 ] && echo "==> FAILED: the VM scenarios (above)"
-  [ "$lab_ok" = 0 ] && echo "==> FAILED: the lab (its closing table, above the VM scenarios' output)"
+  [ "$lab_ok" = 0 ] && echo "==> FAILED: the lab (its closing table, above)"
   exit 1
 fi
 

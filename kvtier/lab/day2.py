@@ -15,7 +15,7 @@ import time
 
 import yaml
 
-from kvtier.bench.stream import Background, ClientStream
+from kvtier.bench.stream import Background, ClientStream, summarize
 from kvtier.lab.runner import run_playbook
 from kvtier.lab.stages import StageFailed
 from kvtier.probes import router as router_probe
@@ -98,15 +98,22 @@ def under_client_stream(out, address: str, model: str):
         yield stream, watch
 
 
-def report(out, stream: ClientStream, watch: RouterWatch, leaving=None) -> str:
+def report(out, stream: ClientStream, watch: RouterWatch, leaving=None, stopping=None) -> str:
     """Print and check what the client and the router saw: no failed request, each Spark of `leaving` (default:
-    every Spark) out of rotation for a while (the drain happened), and every Spark UP at the end."""
-    s = stream.summary()
+    every Spark) out of rotation for a while (the drain happened), and every Spark UP at the end.
+
+    `stopping`, the (start, end) epoch seconds of a Spark stopped without a drain: vLLM aborts the requests it holds
+    when it is told to stop (and rejects new ones until it has), so a request under way then may fail without any
+    fault of the router's. Such requests are reported as cut, not counted as failed; every other must succeed."""
+    cut = [r for r in stream.results if not r["ok"] and stopping and _overlaps(r, stopping)]
+    s = summarize([r for r in stream.results if not any(r is c for c in cut)])
     away = watch.out_of_rotation()
     out(
         f"  client: {s['requests']} requests, {s['failed']} failed; TTFT p50 {s['ttft_p50']} s, p95 {s['ttft_p95']} s, "
         f"worst {s['ttft_max']} s; slowest request {s['seconds_max']} s"
     )
+    for r in cut:
+        out(f"  client: a request under way while the Spark stopped was cut: {r['status'] or 'no answer'} {r['error']}")
     for server, seen in sorted(watch.history.items()):
         path = " -> ".join(status for _, status in seen)
         out(f"  router: {server} {path}; out of rotation {away.get(server, 0.0):.0f} s")
@@ -118,9 +125,17 @@ def report(out, stream: ClientStream, watch: RouterWatch, leaving=None) -> str:
     if problems:
         raise StageFailed("; ".join(problems))
     return (
-        f"0 of {s['requests']} client requests failed (TTFT p50 {s['ttft_p50']} s, worst {s['ttft_max']} s); "
+        f"0 of {s['requests']} client requests failed"
+        + (f" ({len(cut)} cut by the stop)" if cut else "")
+        + f" (TTFT p50 {s['ttft_p50']} s, worst {s['ttft_max']} s); "
         + ", ".join(f"{srv} out {secs:.0f} s" for srv, secs in sorted(away.items()))
     )
+
+
+def _overlaps(result: dict, window: tuple) -> bool:
+    """Whether a streamed request (`at` is when it ended) was under way at some time within `window`."""
+    began, ended = window
+    return result["at"] - result["seconds"] <= ended and result["at"] >= began
 
 
 def playbook_under_stream(out, inventory, address: str, model: str, playbook: str, extravars=None, changes=None):

@@ -641,8 +641,9 @@ def _peer_stopped(out) -> str:
         return probe
 
     with _router_kept(out), day2.under_client_stream(out, STORAGE_DATA_ADDRESS, t.model) as (stream, watch):
-        began = time.monotonic()
+        began, stopping = time.monotonic(), time.time()
         node.run("systemctl", "stop", unit)
+        stopping = (stopping, time.time())
         _until(f"the router takes {FAULTY_SPARK} out", PEER_GONE_S, lambda: watch.last().get(FAULTY_SPARK) == "DOWN")
         out(f"  {FAULTY_SPARK} stopped; DOWN at the router {time.monotonic() - began:.0f} s later")
         stopped = _until("health names the stopped peer everywhere", PEER_GONE_S, named_everywhere(wanted))
@@ -661,7 +662,7 @@ def _peer_stopped(out) -> str:
         node.run("systemctl", "start", unit)
         _until(f"{FAULTY_SPARK} UP at the router", PEER_BACK_S, lambda: watch.last().get(FAULTY_SPARK) == "UP")
         back = time.monotonic() - started
-    streamed = day2.report(out, stream, watch, leaving={FAULTY_SPARK})
+    streamed = day2.report(out, stream, watch, leaving={FAULTY_SPARK}, stopping=stopping)
     after, _ = _health_run(out)
     left = _named(after, every)
     if left:

@@ -162,6 +162,17 @@ def matching_keys(
                 return sorted(set(found))
 
 
+def login_refusal(host: str, port: int, username: str, password: str, timeout: float = 5.0) -> str | None:
+    """The server's answer refusing this login, or None when it accepts it: AUTH only, so a user allowed no other
+    command passes. OSError or RespProtocolError when the server does not answer."""
+    with RespClient(host, port, timeout) as client:
+        try:
+            client.auth(username, password)
+        except RespError as err:
+            return str(err)
+    return None
+
+
 def client_view(host: str, port: int, username: str, password: str, timeout: float = 5.0) -> dict:
     """The server as a client with these credentials sees it: {error} or {auth_error} or {ping_ms, info}."""
     facts: dict = {}

@@ -101,6 +101,15 @@ def redis_server(tmp_path_factory):
             ">probe-password-1234567",
             "~*",
             "+@all",
+            # A user who may only read and write keys (no PING, no INFO), as a store's ACL may have it.
+            "--user",
+            "keys-only",
+            "on",
+            ">keys-only-password-12345",
+            "~*",
+            "-@all",
+            "+get",
+            "+set",
         ],
         stdout=subprocess.DEVNULL,
     )

@@ -24,7 +24,9 @@ import yaml
 from kvtier.bench.stream import ClientStream, summarize
 from kvtier.cluster import RenderError, load_spec
 from kvtier.cluster.render import router_backends
+from kvtier.lab import day2
 from kvtier.lab.day2 import RouterWatch, out_of_rotation
+from kvtier.lab.stages import StageFailed
 from kvtier.probes import router as router_probe
 from tests.unit._cluster_data import spec_dict
 
@@ -81,6 +83,32 @@ def test_client_summary_counts_failures_and_ttft():
     summary = summarize(results)
     assert (summary["requests"], summary["failed"], summary["ttft_max"], summary["seconds_max"]) == (3, 1, 0.3, 0.5)
     assert summary["errors"] == ["502: x"]
+
+
+def test_a_request_cut_while_a_spark_stops_is_reported_but_any_other_failure_fails_the_stage():
+    class Recorded:  # what a ClientStream and a RouterWatch hold after a stage
+        def __init__(self, results, history):
+            self.results, self.history = results, history
+
+        def out_of_rotation(self):
+            return out_of_rotation(self.history, until=100.0)
+
+        def last(self):
+            return {server: seen[-1][1] for server, seen in self.history.items()}
+
+    ok = {"ok": True, "status": 200, "ttft": 0.2, "seconds": 0.3, "error": ""}
+    cut = {"ok": False, "status": 200, "ttft": 0.2, "seconds": 2.0, "at": 51.0, "error": "connection reset"}
+    late = dict(cut, at=80.0, error="aborted")
+    watch = Recorded(None, {"spark01": [(0.0, "UP")], "spark02": [(0.0, "UP"), (52.0, "DOWN"), (90.0, "UP")]})
+    printed: list = []
+    results = [dict(ok, at=10.0), cut, dict(ok, at=60.0)]
+    note = day2.report(printed.append, Recorded(results, None), watch, leaving={"spark02"}, stopping=(50.0, 55.0))
+    assert note.startswith("0 of 2 client requests failed (1 cut by the stop)")
+    assert any("was cut: 200 connection reset" in line for line in printed)
+    with pytest.raises(StageFailed, match="1 of 3 requests failed"):  # after the stop: the router's to answer for
+        day2.report(print, Recorded(results + [late], None), watch, leaving={"spark02"}, stopping=(50.0, 55.0))
+    with pytest.raises(StageFailed, match="1 of 3 requests failed"):  # no stop named: nothing is excused
+        day2.report(print, Recorded(results, None), watch, leaving={"spark02"})
 
 
 # --- a real HAProxy with the role's configuration ------------------------------------------------------------------

@@ -16,23 +16,25 @@ environment (the unit's EnvironmentFile). Standard library only; kvtier_resp.py 
 import os
 import sys
 
-from kvtier_resp import client_view
+from kvtier_resp import RespProtocolError, login_refusal
 
 
 def main(argv):
     host, port = argv[1], int(argv[2])
     user, password = os.environ.get("LMCACHE_RESP_USERNAME", ""), os.environ.get("LMCACHE_RESP_PASSWORD", "")
-    view = client_view(host, port, user, password)
-    if "auth_error" in view:
+    try:
+        refusal = login_refusal(host, port, user, password)
+    except (OSError, RespProtocolError) as err:
+        print(f"kvtier: the L2 server at {host}:{port} does not answer ({err}); starting without it", file=sys.stderr)
+        return 0
+    if refusal:
         print(
-            f"kvtier: the L2 server at {host}:{port} refuses LMCache's login as {user!r} ({view['auth_error']}); "
+            f"kvtier: the L2 server at {host}:{port} refuses LMCache's login as {user!r} ({refusal}); "
             "not starting, since LMCache would hang every request that reaches L2. Fix the password in this "
             "unit's EnvironmentFile: re-run spark.yml for this host.",
             file=sys.stderr,
         )
         return 1
-    if "error" in view:
-        print(f"kvtier: the L2 server does not answer ({view['error']}); starting without it", file=sys.stderr)
     return 0
 
 
