@@ -88,7 +88,7 @@ class Warmup:
         began = time.monotonic()
         first = self.send(host, prompts, "warming")
         seconds = time.monotonic() - began
-        expected = warmup_probe.new_prompts(first, chunk)
+        expected = warmup_probe.new_chunks(first, chunk)
         stored = self._call(
             host,
             f"wait_stored(lambda: {self.counters_expr(host)}, {before!r}, {persistent!r}, {expected}, "
@@ -116,6 +116,7 @@ def table(results: dict) -> list:
         lines.append(
             f"  stored: L0 DRAM {stored['l0_chunks']} chunk(s) {stored['l0_bytes'] / 2**20:.1f} MiB; {tiers or 'none'}"
             + (f"; LATE: {', '.join(r['stores_late'])}" if r["stores_late"] else "")
+            + (f"; UNFINISHED: {'; '.join(r['stores_pending'])}" if r.get("stores_pending") else "")
         )
         if "replay" in r:
             rp = r["replay"]

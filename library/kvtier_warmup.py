@@ -59,7 +59,8 @@ RETURN = r"""
 warmup:
   description: >-
     prompts, prompt_tokens, cacheable_tokens, already_cached_tokens, new_prompts, tokens_stored, failed, ttft
-    (p50/p95 seconds), stored (L0 chunks and bytes, and stores and bytes per persistent adapter), stores_late,
+    (p50/p95 seconds), stored (L0 chunks and bytes, and stores and bytes per persistent adapter), stores_late
+    (adapters that stored nothing new), stores_pending (what LMCache had not finished storing),
     replay (hit_tokens, cacheable_tokens, failed, ttft).
   returned: always
   type: dict

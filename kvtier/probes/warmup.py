@@ -186,14 +186,21 @@ def _failed(replies: list) -> list:
 SHARED_ADAPTERS = ("fs",)
 
 
-def wait_stored(counters, before: dict, adapters: list, expected: int, timeout: float) -> dict:
-    """Stores are asynchronous: wait until each persistent adapter completed `expected` more stores than in
-    `before` and its bytes grew (lmcache 0.5.6 counts a failed store as completed, its usage does not grow).
-    The fs adapter's bytes are not required to grow: kvtier's L3 is one directory shared by every Spark, and fs
-    completes a store without writing the chunks another Spark already wrote (two Sparks warming the same corpus
-    at once; measured: spark02's fs bytes stood still for 120 s while its stores completed).
-    Returns {adapter: {stores, bytes}} (the growth seen) and ``late`` (adapters still short at the deadline)."""
+def wait_stored(counters, before: dict, adapters: list, expected: int, timeout: float, poll: float = 1.0) -> dict:
+    """Stores are asynchronous: wait until LMCache has stored the warmup's `expected` new chunks in each persistent
+    adapter. LMCache 0.5.6 gathers the keys written to its DRAM into store tasks, one per adapter for each batch of
+    keys, so one task may carry several prompts' chunks (measured: 8 new prompts, fewer than 8 tasks): its task
+    counters cannot count prompts. Done when its DRAM took `expected` more chunks, every store task it submitted
+    has completed (submitted, in total, equals completed over all adapters), neither count moved for `poll` seconds
+    (longer than its store loop's 0.5 s wait for new keys), and each persistent adapter completed a task since
+    `before` and, unless shared, holds more bytes (0.5.6 counts a failed store as completed; its usage does not
+    grow). The fs adapter's bytes are not required to grow: kvtier's L3 is one directory shared by every Spark,
+    and fs completes a store without writing the chunks another Spark already wrote (measured: spark02's fs bytes
+    stood still for 120 s while its stores completed).
+    Returns {adapter: {stores, bytes}} (the growth seen), ``late`` (adapters that stored nothing new by the
+    deadline), ``pending`` (what else was unfinished then, one line each) and the last ``counters``."""
     deadline = time.monotonic() + timeout
+    previous = None
     while True:
         now = counters()
         grown = {}
@@ -203,15 +210,21 @@ def wait_stored(counters, before: dict, adapters: list, expected: int, timeout: 
                 "stores": is_.get("stores", 0) - was.get("stores", 0),
                 "bytes": is_.get("usage_bytes", 0) - was.get("usage_bytes", 0),
             }
-        late = [
-            n
-            for n in adapters
-            if grown[n]["stores"] < expected or (grown[n]["bytes"] <= 0 and n not in SHARED_ADAPTERS)
-        ]
-        late = late if expected else []
-        if not late or time.monotonic() > deadline:
-            return {"adapters": grown, "late": late, "counters": now}
-        time.sleep(0.5)
+        late = [n for n in adapters if grown[n]["stores"] < 1 or (grown[n]["bytes"] <= 0 and n not in SHARED_ADAPTERS)]
+        written = now.get("l1_write_chunks", 0) - before.get("l1_write_chunks", 0)
+        in_flight = now.get("l2_store_requests_submitted", 0) - sum(a.get("stores", 0) for a in now["l2"].values())
+        pending = (
+            [f"{expected - written} of {expected} new chunks not yet in LMCache's DRAM"] if written < expected else []
+        )
+        pending += [f"{in_flight} store task(s) still in flight"] if in_flight > 0 else []
+        moving = (now.get("l1_write_chunks"), now.get("l2_store_requests_submitted"))
+        settled = not pending and moving == previous
+        if not expected:
+            late, pending = [], []
+        if not expected or (settled and not late) or time.monotonic() > deadline:
+            return {"adapters": grown, "late": late, "pending": pending, "counters": now}
+        previous = moving
+        time.sleep(poll)
 
 
 def _cold(replies: list, chunk_size: int) -> list:
@@ -219,9 +232,13 @@ def _cold(replies: list, chunk_size: int) -> list:
     return [r for r in ok if r["cached_tokens"] < cacheable_tokens(r["prompt_tokens"], chunk_size)]
 
 
-def new_prompts(replies: list, chunk_size: int) -> int:
-    """How many answered prompts were not cached in full: each of them stores new chunks."""
-    return len(_cold(replies, chunk_size))
+def new_chunks(replies: list, chunk_size: int) -> int:
+    """The whole chunks the answered prompts stored new: each prompt's, less those it found cached."""
+    return sum(
+        (whole_chunk_tokens(r["prompt_tokens"], chunk_size) - whole_chunk_tokens(r["cached_tokens"], chunk_size))
+        // chunk_size
+        for r in _cold(replies, chunk_size)
+    )
 
 
 def report(first: list, before: dict, stored: dict, chunk_size: int, seconds: float, again: list | None) -> dict:
@@ -236,10 +253,7 @@ def report(first: list, before: dict, stored: dict, chunk_size: int, seconds: fl
         "already_cached_tokens": sum(r["cached_tokens"] for r in first),
         "new_prompts": len(cold),
         # Whole chunks are stored: a prompt's chunks less those it found cached.
-        "tokens_stored": sum(
-            whole_chunk_tokens(r["prompt_tokens"], chunk_size) - whole_chunk_tokens(r["cached_tokens"], chunk_size)
-            for r in cold
-        ),
+        "tokens_stored": new_chunks(first, chunk_size) * chunk_size,
         "failed": len(_failed(first)),
         "errors": sorted({r["error"][:200] for r in _failed(first)})[:3],
         "seconds": round(seconds, 3),
@@ -250,6 +264,7 @@ def report(first: list, before: dict, stored: dict, chunk_size: int, seconds: fl
             **stored["adapters"],
         },
         "stores_late": stored["late"],
+        "stores_pending": stored.get("pending", []),
         "changed": bool(cold),
     }
     if again is not None:
@@ -282,7 +297,7 @@ def warm(
     started = time.monotonic()
     first = send_all(base, model, prompts, concurrency)
     seconds = time.monotonic() - started
-    stored = wait_stored(counters, before, persistent, new_prompts(first, chunk_size), store_timeout)
+    stored = wait_stored(counters, before, persistent, new_chunks(first, chunk_size), store_timeout)
     again = send_all(base, model, prompts, concurrency) if replay else None
     return report(first, before, stored, chunk_size, seconds, again)
 
@@ -296,6 +311,11 @@ def problems(result: dict, store_timeout: float) -> list:
         found.append(
             f"the new chunks did not reach {', '.join(result['stores_late'])} within {store_timeout:.0f} s "
             "(LMCache's store counters or bytes did not grow): check with kvtier health"
+        )
+    if result.get("stores_pending"):
+        found.append(
+            f"LMCache had not finished storing within {store_timeout:.0f} s: {'; '.join(result['stores_pending'])} "
+            "(check with kvtier health)"
         )
     replay = result.get("replay")
     if replay and replay["cacheable_tokens"] and not replay["hit_tokens"]:

@@ -50,11 +50,14 @@ def test_corpus_problems_name_every_bad_entry():
     assert probe.corpus_problems([{"tokens": True}])[0].startswith("entry 0: tokens must be a whole number")
 
 
-def _counters(l1_chunks=0, l1_bytes=0, **adapters):
+def _counters(l1_chunks=0, l1_bytes=0, submitted=None, **adapters):
+    """LMCache's counters as lmcache_summary reads them; `submitted` store tasks default to the completed ones."""
+    l2 = {name: {"stores": s, "usage_bytes": b, "loads": 0} for name, (s, b) in adapters.items()}
     return {
         "l1_write_chunks": l1_chunks,
         "l1_memory_usage_bytes": l1_bytes,
-        "l2": {name: {"stores": s, "usage_bytes": b, "loads": 0} for name, (s, b) in adapters.items()},
+        "l2_store_requests_submitted": sum(a["stores"] for a in l2.values()) if submitted is None else submitted,
+        "l2": l2,
     }
 
 
@@ -69,30 +72,67 @@ def _reply(prompt_tokens, cached, ttft=0.1, status=200, error=""):
     }
 
 
-def test_wait_stored_needs_every_adapter_to_store_and_grow():
-    before = _counters(resp=(1, 100), fs=(1, 100))
-    readings = iter([_counters(resp=(3, 100), fs=(3, 300)), _counters(resp=(3, 300), fs=(3, 300))])
-    stored = probe.wait_stored(lambda: next(readings), before, ["resp", "fs"], expected=2, timeout=5)
+def _wait(readings, expected, timeout=5.0):
+    before = _counters(10, resp=(1, 100), fs=(1, 100))
+    feed = iter(readings)
+    last = {}
+
+    def counters():
+        last["seen"] = next(feed, last.get("seen"))
+        return last["seen"]
+
+    return probe.wait_stored(counters, before, ["resp", "fs"], expected, timeout, poll=0.01)
+
+
+def test_wait_stored_waits_for_the_chunks_the_tasks_in_flight_and_a_quiet_moment():
+    readings = [
+        _counters(14, resp=(2, 100), fs=(1, 100), submitted=3),  # 4 of 8 chunks in DRAM, fs's task in flight
+        _counters(18, resp=(2, 300), fs=(2, 300)),  # every chunk in DRAM, every task completed ...
+        _counters(18, resp=(2, 300), fs=(2, 300)),  # ... and still so a poll later
+    ]
+    stored = _wait(readings, expected=8)
+    assert stored["late"] == [] and stored["pending"] == []
+    assert stored["adapters"] == {"resp": {"stores": 1, "bytes": 200}, "fs": {"stores": 1, "bytes": 200}}
+    assert stored["counters"]["l1_write_chunks"] == 18
+
+
+def test_one_store_task_may_carry_several_prompts_chunks():
+    # LMCache batches the keys written to its DRAM: 8 new prompts (64 chunks) stored in 3 tasks per adapter.
+    settled = _counters(74, resp=(4, 6500), fs=(4, 6500))
+    stored = _wait([settled, settled], expected=64)
+    assert stored["late"] == [] and stored["pending"] == []
+
+
+def test_wait_stored_names_what_was_unfinished_at_the_deadline():
+    stuck = _counters(14, resp=(2, 300), fs=(2, 300), submitted=5)
+    stored = _wait([stuck], expected=8, timeout=0.05)
     assert stored["late"] == []
-    assert stored["adapters"] == {"resp": {"stores": 2, "bytes": 200}, "fs": {"stores": 2, "bytes": 200}}
+    assert stored["pending"] == ["4 of 8 new chunks not yet in LMCache's DRAM", "1 store task(s) still in flight"]
+    r = probe.report([_reply(300, 0)], _counters(), stored, 32, 1, None)
+    assert probe.problems(r, 120) == [
+        "LMCache had not finished storing within 120 s: 4 of 8 new chunks not yet in LMCache's DRAM; 1 store "
+        "task(s) still in flight (check with kvtier health)"
+    ]
 
 
 def test_wait_stored_names_an_adapter_that_counts_stores_but_holds_nothing():
     # lmcache 0.5.6 counts a failed store as completed: the bytes show it.
-    before = _counters(resp=(1, 100), fs=(1, 100))
-    stored = probe.wait_stored(lambda: _counters(resp=(2, 100), fs=(2, 900)), before, ["resp", "fs"], 1, timeout=0)
-    assert stored["late"] == ["resp"]
+    settled = _counters(18, resp=(2, 100), fs=(2, 900))
+    assert _wait([settled], expected=8, timeout=0.05)["late"] == ["resp"]
 
 
 def test_wait_stored_accepts_a_shared_l3_that_already_had_the_chunks():
     # Measured in the lab: two Sparks warmed the same corpus at once; the second one's fs adapter completed its
     # stores without writing what the first one had written to the shared L3 directory.
-    before = _counters(resp=(1, 100), fs=(1, 100))
-    stored = probe.wait_stored(lambda: _counters(resp=(4, 400), fs=(4, 100)), before, ["resp", "fs"], 3, timeout=0)
-    assert stored["late"] == []
-    # Its stores must still complete.
-    stored = probe.wait_stored(lambda: _counters(resp=(4, 400), fs=(2, 100)), before, ["resp", "fs"], 3, timeout=0)
-    assert stored["late"] == ["fs"]
+    settled = _counters(18, resp=(4, 400), fs=(4, 100))
+    assert _wait([settled], expected=8)["late"] == []
+    # It must still complete a store.
+    assert _wait([_counters(18, resp=(4, 400), fs=(1, 100))], expected=8, timeout=0.05)["late"] == ["fs"]
+
+
+def test_nothing_new_is_nothing_to_wait_for():
+    stored = _wait([_counters(10, resp=(1, 100), fs=(1, 100), submitted=9)], expected=0, timeout=60)
+    assert stored["late"] == [] and stored["pending"] == []
 
 
 def test_report_counts_new_entries_and_replay_hits():
