@@ -58,8 +58,8 @@ EXAMPLES = r"""
 RETURN = r"""
 warmup:
   description: >-
-    prompts, prompt_tokens, cacheable_tokens, already_cached_tokens, new_prompts, tokens_stored, failed, ttft
-    (p50/p95 seconds), stored (L0 chunks and bytes, and stores and bytes per persistent adapter), stores_late
+    prompts, prompt_tokens, cacheable_tokens, already_cached_tokens, new_prompts, chunks_stored, tokens_stored, failed,
+    ttft (p50/p95 seconds), stored (L0 chunks and bytes, and stores and bytes per persistent adapter), stores_late
     (adapters that stored nothing new), stores_pending (what LMCache had not finished storing),
     replay (hit_tokens, cacheable_tokens, failed, ttft).
   returned: always

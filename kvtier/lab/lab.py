@@ -17,6 +17,7 @@ import inspect
 import json
 import os
 import pathlib
+import re
 import secrets
 import subprocess
 import threading
@@ -956,6 +957,7 @@ def test(out=print, keep: bool = False) -> int:
         stages.run("fault: L2 restarted under LMCache, rolling repair (client stream)", _l2_came_back, out)
         stages.run("persistence check: replay the set (L2 emptied, every Spark restarted)", _persistence, out, "replay")
     except _LAB_ERRORS as exc:
+        _journal_digest(out)
         out(f"\n  {exc}")
     finally:
         peak = memory.stop() if memory else 0
@@ -967,6 +969,34 @@ def test(out=print, keep: bool = False) -> int:
     stages.report("kvtier lab test")
     out(f"  peak memory taken by the lab {peak / 2**30:.1f} GiB")
     return 0 if stages.ok else 1
+
+
+# Lines of a serving unit's journal worth showing when a stage failed: errors, and LMCache's warnings (vLLM's are
+# mostly its start-up notes on a CPU).
+JOURNAL_WORTH = {"lmcache": ("ERROR", "WARNING", "Traceback"), "vllm": ("ERROR", "Traceback")}
+ANSI_COLOUR = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _journal_digest(out, lines: int = 3, since: str = "-15min") -> None:
+    """After a failed stage, the last warnings and errors of every Spark's LMCache and vLLM since `since`, so that
+    the end of a CI log carries them (the lab and its journals are gone after `lab down`)."""
+    try:
+        t = proof_target()
+    except (InventoryError, OSError, ValueError) as exc:
+        out(f"  (no journals: the lab's inventory cannot be read: {exc})")
+        return
+    out("  the serving units' last warnings and errors:")
+    for spark, node in t.nodes.items():
+        for service, words in JOURNAL_WORTH.items():
+            unit = t.units[service]
+            try:
+                log = node.run("journalctl", "--unit", unit, "--since", since, "--output", "cat", "--no-pager")
+            except nodes.NodeError as exc:
+                out(f"  {spark} {unit}: journal not read ({exc})")
+                continue
+            worth = [ANSI_COLOUR.sub("", line).strip() for line in log.splitlines() if any(w in line for w in words)]
+            for line in worth[-lines:] or ["nothing"]:
+                out(f"  {spark} {unit}: {line[:240]}")
 
 
 def _down_stage(out) -> str:

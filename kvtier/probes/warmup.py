@@ -253,6 +253,7 @@ def report(first: list, before: dict, stored: dict, chunk_size: int, seconds: fl
         "already_cached_tokens": sum(r["cached_tokens"] for r in first),
         "new_prompts": len(cold),
         # Whole chunks are stored: a prompt's chunks less those it found cached.
+        "chunks_stored": new_chunks(first, chunk_size),
         "tokens_stored": new_chunks(first, chunk_size) * chunk_size,
         "failed": len(_failed(first)),
         "errors": sorted({r["error"][:200] for r in _failed(first)})[:3],
@@ -308,9 +309,17 @@ def problems(result: dict, store_timeout: float) -> list:
     if result["failed"]:
         found.append(f"{result['failed']} of {result['prompts']} request(s) failed: {'; '.join(result['errors'])}")
     if result["stores_late"]:
+        stored = result["stored"]
+        seen = ", ".join(
+            f"{name} {stored[name]['stores']} task(s) +{stored[name]['bytes']} bytes"
+            for name in result["stores_late"]
+            if name in stored
+        )
         found.append(
             f"the new chunks did not reach {', '.join(result['stores_late'])} within {store_timeout:.0f} s "
-            "(LMCache's store counters or bytes did not grow): check with kvtier health"
+            f"(LMCache's store counters or bytes did not grow: {seen or 'no counters'}; its DRAM took "
+            f"{stored['l0_chunks']} chunk(s) for {result['chunks_stored']} new): "
+            "check with kvtier health"
         )
     if result.get("stores_pending"):
         found.append(

@@ -115,3 +115,36 @@ def test_the_medium_lab_model_changes_only_the_model_and_its_sizes(tmp_path, mon
     assert not lab.MODEL_VARS.exists()
     with pytest.raises(lab.StageFailed, match="unknown lab model"):
         lab.use_model("huge")
+
+
+def test_a_failed_stage_shows_the_serving_units_last_warnings_and_errors(monkeypatch):
+    """What a CI log's end carries of each Spark's journals (recorded lines of LMCache 0.5.6 and vLLM 0.32.0)."""
+    journals = {
+        "kvtier-lmcache.service": "INFO started\n"
+        + "\x1b[33;20m[2026-12-06 22:30:42,060] LMCache WARNING:\x1b[0m Coordinator heartbeat failed\n" * 4,
+        "kvtier-vllm.service": "WARNING [cpu.py:224] Triton is not installed.\nINFO serving\n",
+    }
+
+    class Node:
+        def run(self, *argv):
+            if "spark02" in self.name:
+                raise lab.nodes.NodeError("spark02: container not running")
+            return journals[argv[argv.index("--unit") + 1]]
+
+    spark01, spark02 = Node(), Node()
+    spark01.name, spark02.name = "spark01", "spark02"
+
+    class Target:
+        nodes = {"spark01": spark01, "spark02": spark02}
+        units = {"lmcache": "kvtier-lmcache.service", "vllm": "kvtier-vllm.service"}
+
+    monkeypatch.setattr(lab, "proof_target", Target)
+    lines: list = []
+    lab._journal_digest(lines.append)
+    assert lines[1:] == [
+        "  spark01 kvtier-lmcache.service: [2026-12-06 22:30:42,060] LMCache WARNING: Coordinator heartbeat failed",
+    ] * 3 + [
+        "  spark01 kvtier-vllm.service: nothing",  # its start-up warnings are not worth the lines
+        "  spark02 kvtier-lmcache.service: journal not read (spark02: container not running)",
+        "  spark02 kvtier-vllm.service: journal not read (spark02: container not running)",
+    ]

@@ -178,13 +178,13 @@ def test_warmup_table_reads_as_a_report():
 
 
 def test_problems_name_failures_late_stores_and_a_replay_that_hits_nothing():
-    stored = {"counters": _counters(), "adapters": {}, "late": ["fs"]}
+    stored = {"counters": _counters(), "adapters": {"fs": {"stores": 1, "bytes": 0}}, "late": ["fs"]}
     r = probe.report([_reply(100, 0), _reply(100, 0, status=500, error="engine died")], _counters(), stored, 32, 1, [])
     r["replay"] = {"hit_tokens": 0, "cacheable_tokens": 192, "failed": 0, "ttft": probe.stats([])}
     assert probe.problems(r, 120) == [
         "1 of 2 request(s) failed: engine died",
-        "the new chunks did not reach fs within 120 s (LMCache's store counters or bytes did not grow): "
-        "check with kvtier health",
+        "the new chunks did not reach fs within 120 s (LMCache's store counters or bytes did not grow: fs 1 task(s) "
+        "+0 bytes; its DRAM took 0 chunk(s) for 3 new): check with kvtier health",
         "the replay hit none of its 192 cacheable tokens: the cache does not serve this corpus "
         "(check with kvtier health)",
     ]
