@@ -188,13 +188,13 @@ SHARED_ADAPTERS = ("fs",)
 
 def wait_stored(counters, before: dict, adapters: list, expected: int, timeout: float, poll: float = 1.0) -> dict:
     """Stores are asynchronous: wait until LMCache has stored the warmup's `expected` new chunks in each persistent
-    adapter. LMCache 0.5.6 gathers the keys written to its DRAM into store tasks, one per adapter for each batch of
-    keys, so one task may carry several prompts' chunks (measured: 8 new prompts, fewer than 8 tasks): its task
-    counters cannot count prompts. Done when its DRAM took `expected` more chunks, every store task it submitted
-    has completed (submitted, in total, equals completed over all adapters), neither count moved for `poll` seconds
-    (longer than its store loop's 0.5 s wait for new keys), and each persistent adapter completed a task since
-    `before` and, unless shared, holds more bytes (0.5.6 counts a failed store as completed; its usage does not
-    grow). The fs adapter's bytes are not required to grow: kvtier's L3 is one directory shared by every Spark,
+    adapter. LMCache 0.5.6 gathers the keys written to its DRAM since its store loop's last turn into one store task
+    per adapter, so a task may carry several prompts' chunks or part of one (8 new prompts made 8 to 10 tasks in
+    the lab): its task counters cannot count prompts. Done when its DRAM took `expected` more chunks, every store
+    task it submitted has completed (submitted, in total, equals completed over all adapters), neither count moved
+    for `poll` seconds (longer than its store loop's 0.5 s wait for new keys), and each persistent adapter completed
+    a task since `before` and, unless shared, holds more bytes (0.5.6 counts a failed store as completed; its usage
+    does not grow). The fs adapter's bytes are not required to grow: kvtier's L3 is one directory shared by every Spark,
     and fs completes a store without writing the chunks another Spark already wrote (measured: spark02's fs bytes
     stood still for 120 s while its stores completed).
     Returns {adapter: {stores, bytes}} (the growth seen), ``late`` (adapters that stored nothing new by the
@@ -245,6 +245,7 @@ def report(first: list, before: dict, stored: dict, chunk_size: int, seconds: fl
     """The warmup's figures from its replies and counters (`stored` as wait_stored returns it)."""
     after = stored["counters"]
     cold = _cold(first, chunk_size)
+    chunks = new_chunks(first, chunk_size)
     cacheable = sum(cacheable_tokens(r["prompt_tokens"], chunk_size) for r in first)
     result = {
         "prompts": len(first),
@@ -253,8 +254,8 @@ def report(first: list, before: dict, stored: dict, chunk_size: int, seconds: fl
         "already_cached_tokens": sum(r["cached_tokens"] for r in first),
         "new_prompts": len(cold),
         # Whole chunks are stored: a prompt's chunks less those it found cached.
-        "chunks_stored": new_chunks(first, chunk_size),
-        "tokens_stored": new_chunks(first, chunk_size) * chunk_size,
+        "chunks_stored": chunks,
+        "tokens_stored": chunks * chunk_size,
         "failed": len(_failed(first)),
         "errors": sorted({r["error"][:200] for r in _failed(first)})[:3],
         "seconds": round(seconds, 3),
