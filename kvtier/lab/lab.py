@@ -982,7 +982,7 @@ def _journal_digest(out, lines: int = 3, since: str = "-15min") -> None:
     the end of a CI log carries them (the lab and its journals are gone after `lab down`)."""
     try:
         t = proof_target()
-    except (InventoryError, OSError, ValueError) as exc:
+    except (InventoryError, target.TargetError, OSError, ValueError) as exc:
         out(f"  (no journals: the lab's inventory cannot be read: {exc})")
         return
     out("  the serving units' last warnings and errors:")
@@ -990,7 +990,9 @@ def _journal_digest(out, lines: int = 3, since: str = "-15min") -> None:
         for service, words in JOURNAL_WORTH.items():
             unit = t.units[service]
             try:
-                log = node.run("journalctl", "--unit", unit, "--since", since, "--output", "cat", "--no-pager")
+                log = node.run(
+                    "journalctl", "--unit", unit, "--since", since, "--output", "cat", "--no-pager", timeout=30
+                )
             except nodes.NodeError as exc:
                 out(f"  {spark} {unit}: journal not read ({exc})")
                 continue

@@ -126,7 +126,7 @@ def test_a_failed_stage_shows_the_serving_units_last_warnings_and_errors(monkeyp
     }
 
     class Node:
-        def run(self, *argv):
+        def run(self, *argv, timeout=None):
             if "spark02" in self.name:
                 raise lab.nodes.NodeError("spark02: container not running")
             return journals[argv[argv.index("--unit") + 1]]
