@@ -105,8 +105,10 @@ def report(out, stream: ClientStream, watch: RouterWatch, leaving=None, stopping
     `stopping`, the (start, end) epoch seconds of a Spark stopped without a drain: vLLM aborts the requests it holds
     when it is told to stop (and rejects new ones until it has), so a request under way then may fail without any
     fault of the router's. Such requests are reported as cut, not counted as failed; every other must succeed."""
-    cut = [r for r in stream.results if not r["ok"] and stopping and _overlaps(r, stopping)]
-    s = summarize([r for r in stream.results if not any(r is c for c in cut)])
+    cut, kept = [], []
+    for r in stream.results:
+        (cut if not r["ok"] and stopping and _overlaps(r, stopping) else kept).append(r)
+    s = summarize(kept)
     away = watch.out_of_rotation()
     out(
         f"  client: {s['requests']} requests, {s['failed']} failed; TTFT p50 {s['ttft_p50']} s, p95 {s['ttft_p95']} s, "
