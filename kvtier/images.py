@@ -45,7 +45,8 @@ class ImageRecipe:
 RECIPES = {
     "debian12": ImageRecipe("localhost/kvtier-debian:12", "bookworm"),
     "debian13": ImageRecipe("localhost/kvtier-debian:13", "trixie"),
-    # The lab's Sparks are reached over SSH, as real Sparks are (and with pipelining: a task is one round trip).
+    # The lab's Sparks are reached over SSH, as real Sparks are (and with pipelining: a task is one round trip), by an
+    # unprivileged login user with sudo (kvtier/lab/sparks.py creates it).
     # fio: the storage bench installs it on a real Spark; in the lab that download and unpack cost ~70 s of every
     # run, and the bench's install task still runs (and finds it).
     # podman: the lab runs one Spark on the container route (kvtier/lab/standin.py), with its own podman inside. crun,
@@ -54,7 +55,7 @@ RECIPES = {
     "spark": ImageRecipe(
         "localhost/kvtier-spark:12",
         "bookworm",
-        BASE_PACKAGES + ("openssh-server", "fio", "podman", "crun", "uidmap", "fuse-overlayfs", "slirp4netns"),
+        BASE_PACKAGES + ("openssh-server", "sudo", "fio", "podman", "crun", "uidmap", "fuse-overlayfs", "slirp4netns"),
     ),
 }
 

@@ -157,7 +157,7 @@ def inventory(vm: host.VM) -> dict:
     storage = {
         "ansible_host": ssh["address"],
         "ansible_port": ssh["port"],
-        "ansible_user": ssh["user"],
+        "ansible_user": image.LOGIN_USER,
         "ansible_ssh_private_key_file": ssh["identity_file"],
         # Every lab VM is new; its host key is not worth pinning.
         "ansible_ssh_common_args": "-o StrictHostKeyChecking=no -o UserKnownHostsFile=/dev/null",
@@ -170,7 +170,7 @@ def inventory(vm: host.VM) -> dict:
     spark_hosts = {
         name: {
             "ansible_host": address,
-            "ansible_user": "root",
+            "ansible_user": image.LOGIN_USER,
             "ansible_ssh_private_key_file": ssh["identity_file"],
             "ansible_ssh_common_args": storage["ansible_ssh_common_args"],
             "kvtier_data_address": address,
@@ -182,6 +182,8 @@ def inventory(vm: host.VM) -> dict:
         "all": {
             "children": {"storage": {"hosts": {STORAGE: storage}}, "spark": {"hosts": spark_hosts}},
             "vars": {
+                # An unprivileged login user that becomes root, as on a real cluster (the example inventory's).
+                "ansible_become": True,
                 **_secrets(),
                 "vllm_lmcache_wheelhouse": str(WHEELHOUSE),
                 # Mitogen compresses its SSH stream by default: on a local bridge that is CPU spent for nothing,
@@ -913,7 +915,7 @@ def up(out=print, check: bool = False, provision: bool = False, model: str | Non
     stages.report("kvtier lab up" + (" --check" if check else ""))
     out(
         f"  peak memory taken during this run {peak / 2**30:.1f} GiB. Inventory: {INVENTORY.relative_to(REPO)}; "
-        f"`kvtier vm ssh {STORAGE}`; the Sparks take `ssh root@{SPARKS['spark01']}` with the key named there; "
+        f"`kvtier vm ssh {STORAGE}`; the Sparks take `ssh {image.LOGIN_USER}@{SPARKS['spark01']}` with the key named there; "
         f"remove everything with `kvtier lab down`."
     )
     return 0 if stages.ok else 1

@@ -2,8 +2,8 @@
 
 A container cannot mount NFS here (no RDMA, no privileges for it), so the L3 tier of the lab Sparks is a
 podman volume mounted at the same path in each: the same `fs` adapter and files, but not the NVMe pool.
-Ansible and the tier proof reach them over SSH at their lab address, as they reach real Sparks; the lab's
-key (the one of its VM image) is their root's authorized key.
+Ansible and the tier proof reach them over SSH at their lab address, as they reach real Sparks: as an
+unprivileged login user with sudo (`LOGIN_USER`, the lab's key); root's key is the lab's own hand (faults).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import time
 from kvtier import images
 from kvtier.lab import fabric
 from kvtier.vm.host import SSH_OPTS
+from kvtier.vm.image import LOGIN_USER
 
 IMAGE = images.RECIPES["spark"].name
 VOLUME = "kvtier-lab-l3"
@@ -84,18 +85,34 @@ def start(host: str, address: str, public_key: str, nested: bool = False) -> boo
         IMAGE,
         "/sbin/init",
     )
+    add_login_user(host)
     return True
 
 
+# Creates the login user with root's key (mounted read-only) and password-less sudo, as an operator's account.
+_LOGIN_USER_SCRIPT = f"""set -eu
+id {LOGIN_USER} >/dev/null 2>&1 || useradd --create-home --shell /bin/bash {LOGIN_USER}
+install -d -m 700 -o {LOGIN_USER} -g {LOGIN_USER} /home/{LOGIN_USER}/.ssh
+install -m 600 -o {LOGIN_USER} -g {LOGIN_USER} /root/.ssh/authorized_keys /home/{LOGIN_USER}/.ssh/authorized_keys
+printf '%s ALL=(ALL) NOPASSWD: ALL\\n' {LOGIN_USER} > /etc/sudoers.d/{LOGIN_USER}
+chmod 440 /etc/sudoers.d/{LOGIN_USER}
+"""
+
+
+def add_login_user(host: str) -> None:
+    """The Spark's login user (`LOGIN_USER`): what Ansible and the CLI log in as."""
+    _podman("exec", container(host), "sh", "-c", _LOGIN_USER_SCRIPT)
+
+
 def ssh_args(address: str, key: str) -> list:
-    return ["ssh", "-i", key, *SSH_OPTS, f"root@{address}"]
+    return ["ssh", "-i", key, *SSH_OPTS, f"{LOGIN_USER}@{address}"]
 
 
 def wait_ssh(host: str, address: str, key: str, timeout: float = 180) -> float:
-    """Seconds until the container's sshd lets the lab key in; FabricError after `timeout`."""
+    """Seconds until the container's sshd lets the login user in and sudo works; FabricError after `timeout`."""
     started = time.monotonic()
     while True:
-        proc = subprocess.run([*ssh_args(address, key), "true"], capture_output=True, text=True)
+        proc = subprocess.run([*ssh_args(address, key), "sudo -n true"], capture_output=True, text=True)
         if proc.returncode == 0:
             return time.monotonic() - started
         if time.monotonic() - started > timeout:

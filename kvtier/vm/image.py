@@ -33,6 +33,7 @@ PACKAGES = (
     "udev",
     "dbus",
     "openssh-server",
+    "sudo",  # the lab's login user becomes root as on a real cluster (LOGIN_USER)
     "python3",
     "python3-apt",  # Ansible's apt module needs it in check mode (it cannot install it then)
     "mdadm",
@@ -62,6 +63,9 @@ PACKAGES = (
 # MODULES=list with just what mounts the root disk: a 7 MiB initrd instead of 36 MiB boots ~5 s faster.
 INITRD_MODULES = ("virtio_pci", "virtio_blk", "virtio_net", "ext4", "crc32c_generic")
 
+# The lab's login user on every host (the example inventory's ansible_user): unprivileged, sudo without a password.
+LOGIN_USER = "kvtier"
+
 # Runs once inside mmdebstrap as a customize hook, $1 = the rootfs. @PUBKEY@ is filled in per build
 # (the key is not part of the recipe).
 CUSTOMIZE_HOOK = r"""#!/bin/sh
@@ -70,6 +74,14 @@ R=$1
 install -d -m 700 "$R/root/.ssh"
 printf '%s\n' '@PUBKEY@' > "$R/root/.ssh/authorized_keys"
 chmod 600 "$R/root/.ssh/authorized_keys"
+# The lab's login user: the same key, sudo without a password, as an operator's account on a real node.
+chroot "$R" useradd --create-home --shell /bin/bash @LOGIN_USER@
+install -d -m 700 "$R/home/@LOGIN_USER@/.ssh"
+printf '%s\n' '@PUBKEY@' > "$R/home/@LOGIN_USER@/.ssh/authorized_keys"
+chmod 600 "$R/home/@LOGIN_USER@/.ssh/authorized_keys"
+chroot "$R" chown -R @LOGIN_USER@: /home/@LOGIN_USER@/.ssh
+printf '@LOGIN_USER@ ALL=(ALL) NOPASSWD: ALL\n' > "$R/etc/sudoers.d/@LOGIN_USER@"
+chmod 440 "$R/etc/sudoers.d/@LOGIN_USER@"
 echo kvtier-vm > "$R/etc/hostname"
 printf '127.0.0.1 localhost\n127.0.1.1 kvtier-vm\n' > "$R/etc/hosts"
 printf '/dev/vda / ext4 rw,errors=remount-ro 0 1\n' > "$R/etc/fstab"
@@ -99,6 +111,7 @@ sed -i 's/^update_initramfs=.*/update_initramfs=no/' "$R/etc/initramfs-tools/upd
 
 RECIPE = {
     "v": 1,
+    "login_user": LOGIN_USER,
     "suite": SUITE,
     "mirror": MIRROR,
     "packages": sorted(PACKAGES),
@@ -189,7 +202,11 @@ def _build_into(out: str) -> None:
         pubkey = fh.read().strip()
     hook = os.path.join(out, "customize.sh")
     with open(hook, "w") as fh:
-        fh.write(CUSTOMIZE_HOOK.replace("@PUBKEY@", pubkey).replace("@INITRD_MODULES@", " ".join(INITRD_MODULES)))
+        fh.write(
+            CUSTOMIZE_HOOK.replace("@PUBKEY@", pubkey)
+            .replace("@INITRD_MODULES@", " ".join(INITRD_MODULES))
+            .replace("@LOGIN_USER@", LOGIN_USER)
+        )
     os.chmod(hook, 0o755)
     rootfs = os.path.join(out, "rootfs")
     try:

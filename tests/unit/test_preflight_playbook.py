@@ -244,3 +244,17 @@ def test_site_yml_stops_before_the_storage_play(tmp_path):
     assert proc.returncode != 0
     assert "kvtier preflight found" in proc.stdout + proc.stderr
     assert "Storage node - NVMe RAID0" not in proc.stdout
+
+
+def test_login_user_is_the_service_user(tmp_path):
+    """The role would make the login account a shell-less system user: refused before anything changes,
+    in check mode too (where the user task would only show "changed")."""
+    for extra in ((), ("--check",)):
+        rc, messages = layered(tmp_path, "login_is_service_user", extra=extra)
+        assert rc != 0
+        assert messages == [
+            f"host {host}: Ansible logs in as {user!r} (ansible_user) and vllm_lmcache_user is {user!r}: the role "
+            "would turn that login into a system account without a shell. Log in as another user, or set "
+            "vllm_lmcache_user to a name no one logs in with (default kvtier-svc)"
+            for host, user in (("spark01", "kvtier-svc"), ("spark02", "ops"))
+        ]

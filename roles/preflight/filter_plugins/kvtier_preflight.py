@@ -14,6 +14,7 @@ Each filter returns a list of messages that name hosts and variables, never a se
 
 from __future__ import annotations
 
+import getpass
 import importlib
 import importlib.util
 import json
@@ -26,7 +27,7 @@ except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
 from kvtier.cluster import derive
 from kvtier.cluster.inventory import plain
-from kvtier.preflight import controller, credentials, groups, hardware, network, tiers, varnames
+from kvtier.preflight import accounts, controller, credentials, groups, hardware, network, tiers, varnames
 
 # Host variables the network and tier checks read (with the roles' defaults filled in).
 _NETWORK_VARS = (
@@ -92,6 +93,31 @@ def _cluster(hostvars, spark, problems):
     return _value(hostvars, spark[0], tiers.CLUSTER_VAR, problems) if spark else None
 
 
+def _login_user(hostvars, host, problems):
+    """(user, where it comes from): the account Ansible logs in to `host` with, as ansible-playbook decides it."""
+    for name in ("ansible_user", "ansible_ssh_user"):
+        user = _value(hostvars, host, name, problems)
+        if user:
+            return str(user), name
+    try:
+        from ansible import constants
+
+        user = constants.config.get_config_value("DEFAULT_REMOTE_USER")
+    except Exception:  # outside Ansible (unit tests): no configuration to read
+        user = None
+    if user:
+        return str(user), "remote_user in the Ansible configuration"
+    return getpass.getuser(), "the controller's user, as ansible_user is unset"
+
+
+def _account_problems(hostvars, spark, roles, problems):
+    service = {host: _value(hostvars, host, accounts.SERVICE_USER_VAR, problems) for host in spark}
+    default = roles.defaults.get(accounts.SERVICE_USER_VAR)
+    service = {host: str(name if name is not None else default) for host, name in service.items()}
+    login = {host: _login_user(hostvars, host, problems) for host in spark}
+    return accounts.login_user_problems(login, service)
+
+
 def _collection_version(name):
     """The installed version of a collection as Ansible's loader finds it; None if missing, "" if unknown."""
     try:
@@ -134,6 +160,7 @@ def kvtier_preflight_inventory(hostvars, groups_, settings):
         problems += tiers.storage_agreement(
             spec_dict, storage_host, views.get(storage_host, {}), {h: views[h] for h in spark}
         )
+    problems += _account_problems(hostvars, spark, roles, problems)
     names = {str(host): list(_raw(hostvars, host)) for host in groups_.get("all", [])}
     problems += varnames.unknown_variables(names, roles, settings.get("removed_variables") or {})
     return problems
