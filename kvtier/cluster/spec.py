@@ -30,6 +30,10 @@ Inventory shape (``group_vars/all/kvtier.yml``; per-node values are host vars, s
         hash_algorithm: blake3            # builtin/sha256_cbor also need python_hash_seed (default 0)
         l0_dram_gib: 32                   # lmcache server --l1-size-gb
       tiers: [l0, l1_p2p, l2, l3]
+      load_order:                         # optional: which lower tier a chunk loads from (kvtier.cluster.load_order)
+        tiers: [l3, l2]                   # explicit, fastest first; default: by measured_s, else the planner
+        measured_s: {l2: 0.416, l3: 0.145}  # e.g. a `kvtier bench ttft` tiers sweep's median per tier
+        retain: true                      # keep loaded chunks in LMCache's DRAM; default: decided from the times
       l2:
         adapter: resp                     # or valkey
         # host, port and user: the storage node's kvtier_data_address, kv_store_port and
@@ -100,6 +104,9 @@ LMCACHE_MANAGED_FLAGS = (
     "--coordinator-advertise-ip",
     "--coordinator-heartbeat-interval",
     "--p2p-lookup-timeout",
+    "--p2p-load-timeout",
+    "--l1-align-bytes",
+    "--l2-prefetch-policy",
     "--p2p-advertise-url",
     "--p2p-listen-url",
     "--p2p-transfer-engine",
@@ -124,7 +131,21 @@ VLLM_MANAGED_FLAGS = (
     "--kv-offloading-size",
 )
 
-_SECTIONS = ("install", "model", "vllm", "lmcache", "tiers", "l2", "l3", "p2p", "ports", "memory", "nodes")
+_SECTIONS = (
+    "install",
+    "model",
+    "vllm",
+    "lmcache",
+    "tiers",
+    "load_order",
+    "l2",
+    "l3",
+    "p2p",
+    "ports",
+    "memory",
+    "nodes",
+)
+_LOAD_ORDER_KEYS = ("tiers", "measured_s", "retain")
 _INSTALL_KEYS = ("venv", "lmcache_version", "vllm_package", "vllm_version")
 _MODEL_KEYS = ("id", "path", "served_name", "max_model_len", "dtype", "kv_cache_dtype", "weights_gib")
 _VLLM_KEYS = (
@@ -154,6 +175,7 @@ _P2P_KEYS = (
     "transfer_package",
     "heartbeat_interval",
     "lookup_timeout",
+    "load_timeout",
     "ucx_tls",
     "nixl_progress_delay_us",
 )
@@ -176,6 +198,7 @@ for _section, _keys in (
     ("model", _MODEL_KEYS),
     ("vllm", _VLLM_KEYS),
     ("lmcache", _LMCACHE_KEYS),
+    ("load_order", _LOAD_ORDER_KEYS),
     ("l2", _L2_KEYS),
     ("l3", _L3_KEYS),
     ("p2p", _P2P_KEYS),
@@ -262,6 +285,15 @@ class LMCacheSpec:
 
 
 @dataclass(frozen=True)
+class LoadOrderSpec:
+    """What the operator said about the lower tiers' load order (kvtier.cluster.load_order decides from it)."""
+
+    tiers: tuple = ()  # explicit order; () when unset
+    measured_s: tuple = ()  # ((tier, seconds), ...); () when unset
+    retain: bool | None = None
+
+
+@dataclass(frozen=True)
 class L2Spec:
     adapter: str
     host: str
@@ -304,6 +336,9 @@ class P2PSpec:
     # when the peer it asked dies or restarts before answering (seen in the lab as one 30.1 s request during a rolling
     # restart); a live peer answers from its DRAM within milliseconds, so a few seconds bound a dead one.
     lookup_timeout: float = 5.0
+    # Seconds a chunk's transfer from a peer may take before it counts as a failed load (which recomputes, by
+    # vllm.kv_load_failure_policy). LMCache's default is 30 s; a 36 MiB chunk crosses a 100GbE fabric in ~3 ms.
+    load_timeout: float = 10.0
     # UCX_TLS for the nixl engine; None lets UCX choose (RC over RoCE on Sparks). Containers need "tcp":
     # UCX sees one kernel and picks CMA, which cannot cross PID namespaces.
     ucx_tls: str | None = None
@@ -348,6 +383,7 @@ class ClusterSpec:
     vllm: VLLMSpec
     lmcache: LMCacheSpec
     tiers: tuple
+    load_order: LoadOrderSpec
     l2: L2Spec | None
     l3: L3Spec | None
     p2p: P2PSpec | None
@@ -448,7 +484,9 @@ def _parse_vllm(r: Reader) -> VLLMSpec:
         gpu_kv_cache_gib=r.number("gpu_kv_cache_gib", None),
         prefix_caching=r.boolean("prefix_caching", True),
         enforce_eager=r.boolean("enforce_eager", False),
-        kv_load_failure_policy=r.string("kv_load_failure_policy", None, choices=("fail", "recompute")),
+        # A chunk that fails to load (a peer gone mid-transfer, an L3 file evicted under its reader) is computed
+        # again instead of failing the request (vLLM's own default is "fail").
+        kv_load_failure_policy=r.string("kv_load_failure_policy", "recompute", choices=("fail", "recompute")),
         extra_args=_check_extra_args(r, "extra_args", VLLM_MANAGED_FLAGS, "model/vllm/lmcache"),
     )
 
@@ -483,6 +521,33 @@ def _parse_tiers(value, problems: list) -> tuple:
         problems.append("tiers must include l0: vLLM's GPU KV cache and the LMCache server's DRAM are always there")
         tiers.insert(0, "l0")
     return tuple(t for t in TIERS if t in tiers)
+
+
+def _parse_load_order(r: Reader, tiers: tuple) -> LoadOrderSpec:
+    lower = tuple(t for t in ("l2", "l3") if t in tiers)
+    order = r.string_list("tiers", ())
+    if order and sorted(order) != sorted(lower):
+        r.problems.append(
+            f"{r.name('tiers')} is {list(order)}: list each enabled lower tier once ({', '.join(lower) or 'none'}), "
+            f"fastest first"
+        )
+        order = ()
+    measured = r.data.get("measured_s")
+    seconds: dict = {}
+    if measured is not None:
+        if not isinstance(measured, Mapping):
+            r.problems.append(f"{r.name('measured_s')} must map tiers to seconds, such as {{l2: 0.4, l3: 0.15}}")
+        else:
+            timed = r.section("measured_s", ("l0", *lower))
+            seconds = {t: timed.number(t, what="seconds") for t in measured if t in ("l0", *lower)}
+            missing = [t for t in lower if t not in measured]
+            if missing:
+                r.problems.append(f"{r.name('measured_s')} lacks {', '.join(missing)}: give every enabled lower tier")
+    return LoadOrderSpec(
+        tiers=order,
+        measured_s=tuple((t, v) for t, v in seconds.items() if v is not None),
+        retain=r.boolean("retain", None) if r.data.get("retain") is not None else None,
+    )
 
 
 def _parse_l2(r: Reader, install: InstallSpec) -> L2Spec:
@@ -658,6 +723,7 @@ def _parse_p2p(r: Reader, raw_nodes) -> P2PSpec:
         transfer_package=package,
         heartbeat_interval=r.number("heartbeat_interval", 5.0),
         lookup_timeout=r.number("lookup_timeout", 5.0, what="seconds"),
+        load_timeout=r.number("load_timeout", 10.0, what="seconds"),
         ucx_tls=r.string("ucx_tls", None, what="a UCX_TLS value such as tcp"),
         nixl_progress_delay_us=r.integer(
             "nixl_progress_delay_us", 10000, what="microseconds (0: NIXL's busy poll)", minimum=0, maximum=1_000_000
@@ -774,6 +840,7 @@ def load_spec(data: Mapping) -> ClusterSpec:
         "password": "do not put the password in kvtier_cluster (it is rendered and compared like any "
         "setting); set l2.password_var to the name of the vaulted variable that holds it"
     }
+    load_order = _parse_load_order(top.section("load_order", _LOAD_ORDER_KEYS), tiers)
     l2 = _parse_l2(top.section("l2", _L2_KEYS, l2_hint), install) if "l2" in tiers else None
     l3 = _parse_l3(top.section("l3", _L3_KEYS)) if "l3" in tiers else None
     p2p = _parse_p2p(top.section("p2p", _P2P_KEYS), top.data.get("nodes")) if "l1_p2p" in tiers else None
@@ -785,7 +852,7 @@ def load_spec(data: Mapping) -> ClusterSpec:
         if host is not None:
             p2p = replace(p2p, coordinator=replace(p2p.coordinator, address=host.data_address))
     spec = _fit_gpu_kv_cache(
-        ClusterSpec(install, model, vllm, lmcache, tiers, l2, l3, p2p, ports, memory, nodes), problems
+        ClusterSpec(install, model, vllm, lmcache, tiers, load_order, l2, l3, p2p, ports, memory, nodes), problems
     )
     _check_chunk_block(lmcache, vllm, problems)
     _check_cpu_block(install, vllm, problems)

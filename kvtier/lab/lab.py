@@ -915,8 +915,8 @@ def up(out=print, check: bool = False, provision: bool = False, model: str | Non
     stages.report("kvtier lab up" + (" --check" if check else ""))
     out(
         f"  peak memory taken during this run {peak / 2**30:.1f} GiB. Inventory: {INVENTORY.relative_to(REPO)}; "
-        f"`kvtier vm ssh {STORAGE}`; the Sparks take `ssh {image.LOGIN_USER}@{SPARKS['spark01']}` with the key named there; "
-        f"remove everything with `kvtier lab down`."
+        f"`kvtier vm ssh {STORAGE}`; the Sparks take `ssh {image.LOGIN_USER}@{SPARKS['spark01']}` with the key named "
+        f"there; remove everything with `kvtier lab down`."
     )
     return 0 if stages.ok else 1
 

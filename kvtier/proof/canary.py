@@ -156,13 +156,13 @@ class Canary:
         return planted["prompt"], salt, keys, cold, late
 
     def local(self, host: str) -> list:
-        """L0, L2 and L3 of one Spark, with one canary."""
+        """L0 and the lower tiers of one Spark, with one canary: each lower tier in LMCache's load order, after
+        removing the canary from DRAM and from the tiers LMCache would look in first."""
         prompt, salt, keys, cold, late = self.stored(host, "local")
         served = self.serve(host, prompt, salt)
         results = [self._hit("l0", host, served["reply"], cold, served["l1_hit_tokens"], "DRAM")]
-        for tier, adapter in (("l2", self.t.l2_name), ("l3", self.t.l3_name)):
-            if not adapter:
-                continue
+        order = self.t.lower_tiers
+        for index, (tier, adapter) in enumerate(order):
             if adapter in late:
                 results.append(self._not_stored(tier, host, adapter))
                 continue
@@ -172,12 +172,14 @@ class Canary:
                 )
                 continue
             self.forget(host, keys, "l1")
-            if tier == "l3" and self.t.l2_name and self.t.l2_name not in late:
-                try:
-                    self.unshare(salt, [self.t.l2_name])
-                except NodeError as exc:  # L2 might still serve it: the L3 result would be a false miss
-                    results += self._unverified(host, [tier], f"its L2 entries could not be removed first: {exc}")
-                    continue
+            first = [a for _, a in order[:index] if a not in late]
+            try:
+                self.unshare(salt, first)
+            except NodeError as exc:  # a tier looked up first might still serve it: this result would be a false miss
+                results += self._unverified(
+                    host, [tier], f"its entries in {', '.join(first)} could not be removed: {exc}"
+                )
+                continue
             results.append(self._load(tier, host, prompt, salt, cold, adapter))
         return results
 
@@ -253,7 +255,7 @@ class Canary:
         """Canaries for every tier the cluster has, on every Spark (or on `hosts`, the ones that serve); health
         checks. A P2P canary is computed on the next of those Sparks."""
         hosts = list(self.t.nodes) if hosts is None else list(hosts)
-        local = ["l0"] + (["l2"] if self.t.l2_name else []) + (["l3"] if self.t.l3_name else [])
+        local = ["l0"] + [tier for tier, _ in self.t.lower_tiers]
         results = []
         try:
             for host in hosts:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from kvtier.cluster import cluster_from_hostvars, derive, endpoints, load_spec
+from kvtier.cluster.render import tier_adapters
 from kvtier.cluster.spec import NODE_KEYS, ClusterSpec, SpecError
 from kvtier.inventory import Inventory, InventoryError
 from kvtier.proof import nodes
@@ -77,6 +78,12 @@ class Target:
     @property
     def l3_name(self) -> str | None:
         return self.spec.l3.adapter if self.spec.l3 is not None else None
+
+    @property
+    def lower_tiers(self) -> list:
+        """[(tier, adapter name)] of L2 and L3 in the order LMCache looks them up (a chunk loads from the first
+        that holds it): proving a tier means emptying the ones before it."""
+        return [(t, a) for t, a in tier_adapters(self.spec).items() if t in ("l2", "l3")]
 
 
 def from_inventory(inventory: Inventory) -> Target:

@@ -213,8 +213,24 @@ class Proof:
         text = self.t.nodes[host].run("head", "-c", "6000", TEXT)
         return f"kvtier proof {self.nonce} {purpose} on {host}: {text}"
 
+    def empty_before(self, host: str, tier: str, marker: str | None) -> None:
+        """Empty the lower tiers LMCache looks in before `tier` (L2 flushed, L3 files written after `marker`
+        removed), so that the next load of the prompt can only come from `tier`."""
+        for earlier, _ in self.t.lower_tiers[: [t for t, _ in self.t.lower_tiers].index(tier)]:
+            if earlier == "l2":
+                self.flush_l2(host)
+            elif marker is not None:
+                self.remove_l3_since(host, marker)
+
+    def l3_marker_if_needed(self, host: str, attempt: int, tiers) -> str | None:
+        """A marker when L3 must be emptied to prove a tier LMCache looks in after it."""
+        order = [t for t, _ in self.t.lower_tiers if t in tiers]
+        return self.l3_marker(host, attempt) if "l3" in order[:-1] else None
+
     def local(self, host: str, tiers=("l0", "l2", "l3"), attempt: int = 1) -> list:
-        """L0, L2 and L3 (those asked for, in that order) on one Spark, with one prompt."""
+        """L0 and the lower tiers asked for on one Spark, with one prompt: each lower tier in LMCache's load order,
+        with DRAM and the tiers looked up before it emptied (L3 after an LMCache restart: it survives one)."""
+        marker = self.l3_marker_if_needed(host, attempt, tiers)
         prompt = self.prompt(host, f"local tiers, attempt {attempt}")
         cold, before, _ = self.measured(host, prompt)
         if cold["cached_tokens"]:
@@ -240,17 +256,20 @@ class Proof:
         if "l0" in tiers:
             reply, base, after = self.measured(host, prompt)
             hit("l0", "lmcache_mp_lookup_hit_l1_tokens", after["l1_hit_tokens"] - base["l1_hit_tokens"], reply)
-        if "l2" in tiers:
-            self.clear_dram(host)
-            reply, base, after = self.measured(host, prompt)
-            l2 = self.t.l2_name
-            hit("l2", f"l2_name={l2} loads", loads(after, l2) - loads(base, l2), reply)
-        if "l3" in tiers:
-            self.flush_l2(host)
-            self.restart_lmcache(host)
-            reply, base, after = self.measured(host, prompt)  # a new process: its counters start at zero
-            l3 = self.t.l3_name
-            hit("l3", f"l2_name={l3} loads (after a restart)", loads(after, l3) - loads(base, l3), reply)
+        for tier, adapter in self.t.lower_tiers:
+            if tier not in tiers:
+                continue
+            self.empty_before(host, tier, marker)
+            if tier == "l3":
+                self.restart_lmcache(host)
+                counter = f"l2_name={adapter} loads (after a restart)"
+            else:
+                self.clear_dram(host)
+                counter = f"l2_name={adapter} loads"
+            reply, base, after = self.measured(host, prompt)  # after a restart its counters start at zero
+            hit(tier, counter, loads(after, adapter) - loads(base, adapter), reply)
+        if marker is not None:
+            self.t.nodes[host].run("rm", "-f", marker)
         return hits
 
     def peer(self, source: str, target: str, attempt: int = 1) -> Hit:

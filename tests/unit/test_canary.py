@@ -3,7 +3,7 @@ it, a tier that fails named on the right Spark, and nothing left behind.
 
 LMCache and vLLM cannot run in a unit test: each Spark here is a stand-in (named so) that answers vLLM's
 /v1/completions and LMCache's /metrics and DELETE /cache/objects over real HTTP on loopback, and looks a request up
-as LMCache does (its DRAM, then each L2 adapter in order: resp, fs, p2p). Its L3 is a real directory of fs-style
+as LMCache does (its DRAM, then each L2 adapter in the rendered order, then p2p). Its L3 is a real directory of fs-style
 files and the canary's probes run as real node-side Python. The lab runs the canaries against the real servers."""
 
 import hashlib
@@ -29,6 +29,7 @@ class Cluster:
 
     def __init__(self, l3_dir):
         self.l2, self.l3_dir, self.sparks = set(), l3_dir, {}
+        self.order = ("fs", "resp")  # the lower tiers' adapters in the order the spec renders them
 
     def l3_has(self, key):
         return (self.l3_dir / f"tiny@0x01000000@0@{key[0]}@{key[1]}.data").exists()
@@ -60,10 +61,13 @@ class StandInSpark:
             self.requests.append(salt)
             tokens, keys = self.keys(prompt, salt)
             peers = [s for s in self.cluster.sparks.values() if s is not self]
+            lower = {
+                "resp": lambda k: not self.l2_broken and k in self.cluster.l2,
+                "fs": self.cluster.l3_has,
+            }
             tiers = [
                 ("dram", lambda k: k in self.dram),
-                ("resp", lambda k: not self.l2_broken and k in self.cluster.l2),
-                ("fs", self.cluster.l3_has),
+                *((name, lower[name]) for name in self.cluster.order),
                 ("p2p", lambda k: not self.p2p_broken and any(k in p.dram for p in peers)),
             ]
             cached, found = 0, 0
@@ -146,8 +150,9 @@ class StandInSpark:
 
 
 @pytest.fixture
-def cluster(tmp_path):
-    """Two stand-in Sparks on loopback; the test sets their faults before the canaries run."""
+def cluster(tmp_path, request):
+    """Two stand-in Sparks on loopback, with the lower tiers in the planner's order (L3 first) and with L2 first; the
+    test sets their faults before the canaries run."""
     shared = Cluster(tmp_path / "l3")
     shared.l3_dir.mkdir()
     servers, ports = [], {}
@@ -162,8 +167,10 @@ def cluster(tmp_path):
         lmcache={"chunk_size": CHUNK, "l0_dram_gib": 1},
         l3={"adapter": "fs", "path": str(shared.l3_dir)},
         nodes={name: {"data_address": f"10.10.0.2{i}", "ports": ports[name]} for i, name in enumerate(ports, 1)},
+        **({"load_order": {"tiers": request.param}} if getattr(request, "param", None) else {}),
     )
     shared.target = Target(spec=load_spec(data), nodes={n: nodes.local(n) for n in ports})
+    shared.order = tuple(adapter for _, adapter in shared.target.lower_tiers)
     yield shared
     for server in servers:
         server.shutdown()
@@ -173,19 +180,16 @@ def by_tier(results, host):
     return {c["tier"]: c for c in results if c["host"] == host}
 
 
+@pytest.mark.parametrize("cluster", [None, ["l2", "l3"]], ids=["planned-order", "l2-first"], indirect=True)
 def test_every_tier_of_every_spark_is_proven_and_nothing_else_is_touched(cluster):
     client = ("c" * 64, "")  # a client's entry in every tier: the canaries must leave it alone
     cluster.l2.add(client)
     cluster.sparks["spark01"].dram.add(client)
     (cluster.l3_dir / f"tiny@0x01000000@0@{'c' * 64}.data").write_bytes(b"a client's")
     results = canary.Canary(cluster.target, out=lambda _: None).run()
+    lower = [tier for tier, _ in cluster.target.lower_tiers]
     assert [(c["host"], c["tier"], c["code"]) for c in results] == [
-        ("spark01", "l0", "CANARY_L0_OK"),
-        ("spark01", "l2", "CANARY_L2_OK"),
-        ("spark01", "l3", "CANARY_L3_OK"),
-        ("spark02", "l0", "CANARY_L0_OK"),
-        ("spark02", "l2", "CANARY_L2_OK"),
-        ("spark02", "l3", "CANARY_L3_OK"),
+        *((host, tier, f"CANARY_{tier.upper()}_OK") for host in ("spark01", "spark02") for tier in ("l0", *lower)),
         ("spark01", "l1_p2p", "CANARY_P2P_OK"),
         ("spark02", "l1_p2p", "CANARY_P2P_OK"),
     ]

@@ -49,17 +49,20 @@ def test_full_lmcache_server_argv():
         "--eviction-policy",
         "LRU",
         "--supported-transfer-mode",
-        "auto",
+        "lmcache_driven",
         "--http-host",
         "127.0.0.1",
         "--http-port",
         "8080",
         "--prometheus-port",
         "9090",
+        # The NVMe pool loads a 36 MiB chunk in ~3 ms, Valkey/Redis in ~25 ms (the planner): L3 first.
+        "--l2-adapter",
+        '{"base_path":"/mnt/kvtier/lmcache","relative_tmp_dir":".tmp-spark02","type":"fs"}',
         "--l2-adapter",
         '{"host":"10.10.0.10","num_workers":8,"port":6379,"type":"resp"}',
-        "--l2-adapter",
-        '{"base_path":"/mnt/kvtier/lmcache","type":"fs"}',
+        "--l2-prefetch-policy",
+        "retain",
         "--coordinator-url",
         "http://10.10.0.21:9300",
         "--coordinator-advertise-ip",
@@ -68,6 +71,10 @@ def test_full_lmcache_server_argv():
         "5",
         "--p2p-lookup-timeout",
         "5",
+        "--p2p-load-timeout",
+        "10",
+        "--l1-align-bytes",
+        "65536",
         "--p2p-advertise-url",
         "10.10.0.22:8500",
         "--p2p-transfer-engine",
@@ -111,7 +118,7 @@ def test_full_vllm_argv():
         "0.66",
         "--kv-transfer-config",
         '{"kv_connector":"LMCacheMPConnector","kv_connector_extra_config":{"lmcache.mp.host":"tcp://10.10.0.22",'
-        '"lmcache.mp.port":5555},"kv_role":"kv_both"}',
+        '"lmcache.mp.port":5555},"kv_load_failure_policy":"recompute","kv_role":"kv_both"}',
     ]
     assert process.secret_env == {}
     assert process.env["HF_HUB_OFFLINE"] == "1" and process.env["VLLM_NO_USAGE_STATS"] == "1"
@@ -127,8 +134,8 @@ def test_each_tier_combination(tiers):
     for node in NODES:
         argv = lmcache_server(spec, node, PASSWORD).argv
         adapters = [json.loads(a) for a in flag(argv, "--l2-adapter")]
-        expected_types = [t for tier, t in (("l2", "resp"), ("l3", "fs")) if tier in tiers]
-        assert [a["type"] for a in adapters] == expected_types  # L2 before L3: the cascade order
+        expected_types = [t for tier, t in (("l3", "fs"), ("l2", "resp")) if tier in tiers]
+        assert [a["type"] for a in adapters] == expected_types  # the NVMe pool before L2: faster by the planner
         p2p = "l1_p2p" in tiers
         assert bool(flag(argv, "--coordinator-url")) == p2p
         assert bool(flag(argv, "--p2p-advertise-url")) == p2p
@@ -191,7 +198,7 @@ def test_valkey_credentials_swapped_and_kept_out_of_the_unit_argv():
     data = spec_dict()
     data["l2"].update(adapter="valkey", valkey_password_in_argv=True, tls_enable=True)
     process = lmcache_server(load_spec(data), "spark01", PASSWORD)
-    assert flag(process.argv, "--l2-adapter")[0] == "${KVTIER_L2_ADAPTER_JSON}"
+    assert flag(process.argv, "--l2-adapter")[1] == "${KVTIER_L2_ADAPTER_JSON}"
     assert not any(PASSWORD in arg for arg in process.argv)
     adapter = json.loads(process.secret_env["KVTIER_L2_ADAPTER_JSON"])
     # lmcache 0.5.6 sends them swapped on the wire, so they are written swapped here.
@@ -218,7 +225,7 @@ def test_nixl_store_dynamic_l3():
         )
     )
     argv = lmcache_server(spec, "spark01", PASSWORD).argv
-    assert flag(argv, "--l2-adapter")[1] == (
+    assert flag(argv, "--l2-adapter")[0] == (
         '{"backend":"POSIX","backend_params":{"file_path":"/mnt/kvtier/nixl","max_capacity_gb":"2000",'
         '"use_direct_io":"true"},"type":"nixl_store_dynamic"}'
     )
@@ -247,7 +254,7 @@ def test_optional_vllm_and_lmcache_settings():
         host="10.10.0.21",
     )
     data["lmcache"].update(
-        transfer_mode="engine_driven", l0_dram_gib=0.25, extra_server_args=["--l1-align-bytes", "65536"]
+        transfer_mode="engine_driven", l0_dram_gib=0.25, extra_server_args=["--l1-init-size-gb", "1"]
     )
     spec = load_spec(data)
     argv = vllm(spec, "spark01").argv
@@ -260,7 +267,8 @@ def test_optional_vllm_and_lmcache_settings():
     assert config["kv_connector_extra_config"]["lmcache.mp.mp_transfer_mode"] == "engine_driven"
     assert "HF_HUB_OFFLINE" not in vllm(spec, "spark01").env
     server = lmcache_server(spec, "spark01").argv
-    assert flag(server, "--l1-size-gb") == ["0.25"] and server[-2:] == ("--l1-align-bytes", "65536")
+    assert flag(server, "--l1-size-gb") == ["0.25"] and server[-2:] == ("--l1-init-size-gb", "1")
+    assert flag(server, "--supported-transfer-mode") == ["engine_driven"]
     assert node_config(spec, "spark01")["endpoints"] == {
         "vllm": "http://10.10.0.21:8000",
         "lmcache_http": "http://127.0.0.1:8080",

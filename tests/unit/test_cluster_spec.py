@@ -293,8 +293,8 @@ def test_node_address_must_be_an_ip():
         ),
         (
             lambda d: d.update(cache={}),
-            "cache is not a known setting; known: install, model, vllm, lmcache, tiers, l2, l3, p2p, ports, "
-            "memory, nodes",
+            "cache is not a known setting; known: install, model, vllm, lmcache, tiers, load_order, l2, l3, p2p, "
+            "ports, memory, nodes",
         ),
         (lambda d: d["model"].pop("id"), "model.id is required (the model identifier, e.g. Qwen/Qwen3-8B)"),
         (

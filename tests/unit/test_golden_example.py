@@ -10,7 +10,7 @@ import json
 import os
 import pathlib
 
-from kvtier.cluster import cluster_from_hostvars, container, derive, fingerprint, load_spec, render
+from kvtier.cluster import cluster_from_hostvars, container, derive, fingerprint, load_order, load_spec, render
 from kvtier.inventory import Inventory
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -37,7 +37,12 @@ def _render() -> dict:
     spec = load_spec(
         cluster_from_hostvars(hostvars[sparks[0]]["kvtier_cluster"], hostvars, sparks, storage_vars=storage_vars)
     )
-    out = {"fingerprint": fingerprint(spec), "hosts": {}}
+    out = {
+        "fingerprint": fingerprint(spec),
+        "load_order": load_order.decide(spec).describe(),
+        "why": render.WHY,
+        "hosts": {},
+    }
     for host in sparks + storage:
         entry = {
             "roce_address": hostvars[host].get("roce_address"),
