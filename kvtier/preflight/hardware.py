@@ -55,6 +55,25 @@ def spark_memory(host: str, memtotal_mb, spec_dict: Mapping) -> list:
     ]
 
 
+def spark_free_memory(host: str, available_mb, held_kb: int, spec_dict: Mapping) -> list:
+    """What the services will claim at start must be free now: the kernel's available memory, plus what kvtier's own
+    running services hold (a re-run restarts them). vLLM refuses to start when its share is not free, and on a
+    Spark other processes and the page cache take from the same unified memory."""
+    spec = load_spec(spec_dict)
+    parts = [(label, value) for label, value in memory_budget(spec) if label != "memory.os_reserve_gib"]
+    needed = sum(value for _, value in parts)
+    available, held = float(available_mb) / 1024, held_kb / 2**20
+    if needed <= available + held:
+        return []
+    terms = " + ".join(f"{label} {value:g}" for label, value in parts)
+    return [
+        f"host {host}: the services need {terms} = {needed:g} GiB, but {available + held:.1f} GiB is free "
+        f"({available:.1f} GiB available, ansible_facts.memory_mb.nocache.free, + {held:.1f} GiB held by kvtier's own "
+        f"services): {needed - available - held:.1f} GiB short. Stop what else uses the memory, or lower "
+        f"lmcache.l0_dram_gib or vllm.gpu_kv_cache_gib"
+    ]
+
+
 def nic(host: str, interfaces: Iterable[str], roce_interface: str) -> list:
     """The RoCE interface named in the inventory must exist on the host."""
     interfaces = sorted(str(i) for i in interfaces)

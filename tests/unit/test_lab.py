@@ -65,7 +65,8 @@ def test_the_proof_reads_the_lab_from_its_inventory_like_any_cluster(tmp_path, m
     assert t.spec.l3.path == cluster["l3"]["path"] and t.l2_name == cluster["l2"]["adapter"]
     assert t.l2_admin_password == lab._secrets()["kv_store_admin_password"]
     argv = t.nodes["spark02"].argv("true")  # over SSH, as Ansible reaches it
-    assert argv[0] == "ssh" and argv[-2:] == [f"root@{lab.SPARKS['spark02']}", "true"]
+    # As an unprivileged login user that becomes root, as on a real cluster.
+    assert argv[0] == "ssh" and argv[-2:] == [f"kvtier@{lab.SPARKS['spark02']}", "sudo -n true"]
     assert argv[argv.index("-i") + 1] == FakeVM().instance_config()["identity_file"]
 
 

@@ -391,3 +391,16 @@ def test_rdma_stack_leftover_and_missing_module():
     assert "no rpcrdma module" in missing and "linux-modules-extra" in missing
     (missing,) = hardware.rdma_stack("spark01", {"ofed": "MLNX_OFED_LINUX-24.10", "rpcrdma": ""})
     assert "mlnx-nfsrdma" in missing
+
+
+def test_spark_free_memory_counts_what_kvtiers_services_hold():
+    spec = _cluster_data.spec_dict()
+    # Weights 16 + KV 40 + LMCache DRAM 32 + runtime 4 = 92 GiB must be free (the OS reserve is already taken).
+    assert hardware.spark_free_memory("spark01", 92 * 1024, 0, spec) == []
+    assert hardware.spark_free_memory("spark01", 30 * 1024, 62 * 2**20, spec) == []
+    assert hardware.spark_free_memory("spark01", 80 * 1024, 2 * 2**20, spec) == [
+        "host spark01: the services need model.weights_gib 16 + vllm.gpu_kv_cache_gib 40 + lmcache.l0_dram_gib 32 + "
+        "memory.runtime_overhead_gib 4 = 92 GiB, but 82.0 GiB is free (80.0 GiB available, "
+        "ansible_facts.memory_mb.nocache.free, + 2.0 GiB held by kvtier's own services): 10.0 GiB short. Stop what "
+        "else uses the memory, or lower lmcache.l0_dram_gib or vllm.gpu_kv_cache_gib"
+    ]

@@ -5,6 +5,7 @@
     "{{ hostvars | kvtier_preflight_credentials(groups, settings) }}"            # use with no_log
     "{{ ansible_facts.kvtier_nvme.drives | kvtier_preflight_drives(inventory_hostname, count, pattern, serials) }}"
     "{{ memtotal_mb | kvtier_preflight_memory(hostvars, groups.spark, inventory_hostname, groups.storage) }}"
+    "{{ free_mb | kvtier_preflight_free_memory(ps_rss_text, hostvars, groups.spark, inventory_hostname, groups.storage) }}"
     "{{ ansible_facts.interfaces | kvtier_preflight_nic(inventory_hostname, roce_interface) }}"
     "{{ probe_stdout | kvtier_preflight_rdma_stack(inventory_hostname) }}"        # key=value lines
 
@@ -190,14 +191,29 @@ def kvtier_preflight_drives(drives, host, count, pattern, serials=()):
     return hardware.storage_drives(str(host), plain(drives) or [], int(count), str(pattern), plain(serials) or [])
 
 
-def kvtier_preflight_memory(memtotal_mb, hostvars, spark, host, storage=()):
+def _spec_dict(hostvars, spark, storage):
+    """(spec dict or None, problems) as the inventory checks read it."""
     problems = []
     spark, storage = [str(h) for h in spark or []], [str(h) for h in storage or []]
     storage_vars = _storage_vars(hostvars, storage, problems)
     spec_dict, spec_problems = tiers.spec_problems(_cluster(hostvars, spark, problems), hostvars, spark, storage_vars)
+    return spec_dict, problems + spec_problems
+
+
+def kvtier_preflight_memory(memtotal_mb, hostvars, spark, host, storage=()):
+    spec_dict, problems = _spec_dict(hostvars, spark, storage)
     if spec_dict is None:  # the inventory checks already reported why
-        return problems + spec_problems
+        return problems
     return hardware.spark_memory(str(host), memtotal_mb, spec_dict)
+
+
+def kvtier_preflight_free_memory(available_mb, rss_text, hostvars, spark, host, storage=()):
+    """`rss_text`: `ps -o rss=` of the service user's processes (KiB a line; empty when it has none)."""
+    spec_dict, problems = _spec_dict(hostvars, spark, storage)
+    if spec_dict is None:
+        return problems
+    held_kb = sum(int(word) for word in str(rss_text or "").split() if word.isdigit())
+    return hardware.spark_free_memory(str(host), available_mb, held_kb, spec_dict)
 
 
 def kvtier_preflight_nic(interfaces, host, roce_interface):
@@ -218,6 +234,7 @@ class FilterModule:
             "kvtier_preflight_credentials": kvtier_preflight_credentials,
             "kvtier_preflight_drives": kvtier_preflight_drives,
             "kvtier_preflight_memory": kvtier_preflight_memory,
+            "kvtier_preflight_free_memory": kvtier_preflight_free_memory,
             "kvtier_preflight_nic": kvtier_preflight_nic,
             "kvtier_preflight_rdma_stack": kvtier_preflight_rdma_stack,
         }
