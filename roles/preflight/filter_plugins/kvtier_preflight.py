@@ -5,7 +5,7 @@
     "{{ hostvars | kvtier_preflight_credentials(groups, settings) }}"            # use with no_log
     "{{ ansible_facts.kvtier_nvme.drives | kvtier_preflight_drives(inventory_hostname, count, pattern, serials) }}"
     "{{ memtotal_mb | kvtier_preflight_memory(hostvars, groups.spark, inventory_hostname, groups.storage) }}"
-    "{{ free_mb | kvtier_preflight_free_memory(ps_rss_text, hostvars, groups.spark, inventory_hostname, groups.storage) }}"
+    "{{ free_mb | kvtier_preflight_free_memory(ps_rss, hostvars, groups.spark, inventory_hostname, groups.storage) }}"
     "{{ ansible_facts.interfaces | kvtier_preflight_nic(inventory_hostname, roce_interface) }}"
     "{{ probe_stdout | kvtier_preflight_rdma_stack(inventory_hostname) }}"        # key=value lines
 
