@@ -19,6 +19,11 @@ options:
   model: {description: Served model name vLLM must list., type: str}
   p2p_peers: {description: Peers LMCache P2P must see (omit without P2P)., type: int}
   adapters: {description: "LMCache adapter of each lower tier, e.g. {l2: resp, l3: fs}.", type: dict, default: {}}
+  load_order:
+    description: "The lower tiers fastest first and their load times, e.g. {fastest_first: [l3, l2], seconds: {l3: 0.004,
+      l2: 0.028}, basis: estimated}: a running LMCache that looks in a slower tier first is a warning."
+    type: dict
+    default: {}
   units: {description: "systemd units of the services: {lmcache: ..., vllm: ...}.", type: dict, default: {}}
   expected_settings: {description: Key settings the spec renders (see kvtier.probes.health.key_settings)., type: dict}
   fingerprint: {description: The cluster fingerprint the units must carry., type: str}
@@ -112,6 +117,7 @@ def spark(p):
     expect = {
         "model": p["model"],
         "adapters": p["adapters"],
+        "load_order": p["load_order"],
         "p2p_peers": p["p2p_peers"],
         "l2": bool(p["l2_host"]),
         "l3": bool(p["l3_path"]),
@@ -167,6 +173,7 @@ def main():
             model=dict(type="str"),
             p2p_peers=dict(type="int"),
             adapters=dict(type="dict", default={}),
+            load_order=dict(type="dict", default={}),
             units=dict(type="dict", default={}),
             expected_settings=dict(type="dict"),
             fingerprint=dict(type="str"),

@@ -42,6 +42,10 @@ class LoadOrder:
         """The enabled lower tiers sorted by their load time (an explicit order aside)."""
         return tuple(sorted((t for t in self.tiers if t in self.seconds), key=lambda t: self.seconds[t]))
 
+    def expectation(self) -> dict:
+        """What health compares the running order with (`kvtier.probes.health.load_order_checks`)."""
+        return {"fastest_first": list(self.fastest_first()), "seconds": dict(self.seconds), "basis": self.basis}
+
     def describe(self) -> str:
         times = ", ".join(f"{t} {self.seconds[t] * 1000:.3g} ms" for t in self.tiers if t in self.seconds)
         return f"{' then '.join(self.tiers)} ({self.basis}{': ' + times if times else ''})"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import concurrent.futures
 
-from kvtier.cluster import fingerprint, render
+from kvtier.cluster import fingerprint, load_order, render
 from kvtier.health import gather
 from kvtier.probes import health as h
 from kvtier.proof.target import Target
@@ -15,6 +15,7 @@ def expectations(t: Target, host: str) -> dict:
     return {
         "model": t.model,
         "adapters": render.tier_adapters(spec),
+        "load_order": load_order.decide(spec).expectation(),
         "p2p_peers": render.p2p_peers(spec),
         "l2": spec.l2 is not None,
         "l3": spec.l3 is not None,

@@ -659,6 +659,55 @@ def config_checks(host, services, want, want_fingerprint, others=None):
     ]
 
 
+def load_order_checks(host, lmcache_service, expect):
+    """The running LMCache's lower tiers in lookup order (its --l2-adapter flags) against their load times.
+
+    LMCache loads a chunk from the first adapter that holds it, so a slower adapter listed first serves every hit
+    that both hold. `expect["load_order"]`: fastest_first (tiers), seconds (tier -> one chunk's load), basis.
+    """
+    order = expect.get("load_order") or {}
+    fastest, seconds = list(order.get("fastest_first") or []), order.get("seconds") or {}
+    argv = (lmcache_service or {}).get("argv")
+    if len(fastest) < 2 or not argv:
+        return []
+    by_adapter = {name: tier for tier, name in (expect.get("adapters") or {}).items()}
+    running = []
+    for flag, value in zip(argv, argv[1:]):
+        if flag != "--l2-adapter":
+            continue
+        try:
+            tier = by_adapter.get(json.loads(value).get("type"))  # the type only: a valkey JSON holds its login
+        except (ValueError, AttributeError):
+            continue
+        if tier in fastest and tier not in running:
+            running.append(tier)
+    late = [(a, b) for i, a in enumerate(running) for b in running[i + 1 :] if fastest.index(b) < fastest.index(a)]
+    if not late:
+        return [
+            check(
+                host,
+                "config",
+                OK,
+                "LOAD_ORDER_OK",
+                f"LMCache looks in {' then '.join(running)}, fastest first ({order.get('basis', 'estimated')})",
+            )
+        ]
+    slow, fast = late[0]
+    return [
+        check(
+            host,
+            "config",
+            WARN,
+            "LOAD_ORDER_SLOW_FIRST",
+            f"LMCache looks in {slow} before {fast}, which loads a chunk faster ({fast} "
+            f"{seconds.get(fast, 0) * 1000:.3g} ms, {slow} {seconds.get(slow, 0) * 1000:.3g} ms, "
+            f"{order.get('basis', 'estimated')}): every hit both hold comes from {slow}",
+            "remove kvtier_cluster.load_order.tiers (or give load_order.measured_s from `kvtier bench ttft`) and "
+            "re-run spark.yml",
+        )
+    ]
+
+
 def l2_checks(host, facts):
     """The L2 server as LMCache's user sees it from `host`: reachable, authenticated, memory, evictions, latency.
 
@@ -1056,13 +1105,14 @@ def spark_checks(host, facts, expect):
 
     `facts`: probe (`probe_node`), later (`lmcache_summary` a second after), lmcache (`running_service` of the
     LMCache server), l2 (`client_view` as LMCache's user), l3 (`directory_state`), nfs (`mount_facts`), fabric
-    (`fabric_state`), l2_lmcache (`lmcache_l2_view`); any may be missing. `expect`: model, adapters, p2p_peers,
+    (`fabric_state`), l2_lmcache (`lmcache_l2_view`); any may be missing. `expect`: model, adapters, load_order, p2p_peers,
     plus l2 (LMCache has an L2 tier), l3 (it has an L3 tier), rdma_fabric (the L3 directory is an NFS mount),
     io_size (the mount's rsize/wsize) and mtu (the fabric's).
     """
     probe = facts.get("probe") or {}
     out = serving_checks(host, probe, expect)
     out += store_gap_checks(host, probe.get("lmcache"), expect, facts.get("later"))
+    out += load_order_checks(host, facts.get("lmcache"), expect)
     if "l2" in facts:
         out += l2_checks(host, facts["l2"])
         out += l2_login_checks(host, facts.get("l2_lmcache"))

@@ -565,3 +565,32 @@ def test_a_missing_and_a_stale_instance_are_named(coordinator_answering):
 def test_a_coordinator_that_does_not_answer():
     found = h.coordinator_checks("spark01", h.coordinator_state("http://127.0.0.1:9", timeout=2), SPARKS)
     assert codes(found, h.ERR) == [("spark01", "l1_p2p", "P2P_COORDINATOR_DOWN")]
+
+
+def _running_lmcache(*adapters):
+    argv = ["/opt/kvtier/venv/bin/lmcache", "server"]
+    for adapter in adapters:
+        argv += ["--l2-adapter", json.dumps(adapter)]
+    return {"active": True, "argv": argv}
+
+
+def test_load_order_warns_when_a_slower_tier_is_looked_up_first():
+    spec = load_spec(spec_dict())
+    expect = checks.expectations(Target(spec=spec, nodes={}), "spark01")
+    assert expect["load_order"]["fastest_first"] == ["l3", "l2"]
+    fs, resp = {"type": "fs", "base_path": "/mnt"}, {"type": "resp", "host": "10.10.0.10"}
+    [fine] = h.load_order_checks("spark01", _running_lmcache(fs, resp), expect)
+    assert (fine["status"], fine["code"]) == (h.OK, "LOAD_ORDER_OK")
+    [late] = h.load_order_checks("spark01", _running_lmcache(resp, fs), expect)
+    assert (late["status"], late["code"], late["tier"]) == (h.WARN, "LOAD_ORDER_SLOW_FIRST", "config")
+    assert late["reason"].startswith("LMCache looks in l2 before l3, which loads a chunk faster (l3 4.36 ms, l2 28 ms")
+    assert "load_order.tiers" in late["fix"]
+    # A valkey adapter's JSON carries its login: only its type is read, and nothing of it is shown.
+    valkey = {"type": "valkey", "password": "do-not-show-this-password"}
+    with_valkey = {**expect, "adapters": {"l3": "fs", "l2": "valkey"}}
+    [shown] = h.load_order_checks("spark01", _running_lmcache(valkey, fs), with_valkey)
+    assert shown["code"] == "LOAD_ORDER_SLOW_FIRST" and "do-not-show" not in json.dumps(shown)
+    # One lower tier, or LMCache not running: nothing to order.
+    assert h.load_order_checks("spark01", {"active": False}, expect) == []
+    one = checks.expectations(Target(spec=load_spec(spec_dict(tiers=["l0", "l3"])), nodes={}), "spark01")
+    assert h.load_order_checks("spark01", _running_lmcache(fs), one) == []

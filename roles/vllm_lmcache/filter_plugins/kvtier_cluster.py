@@ -25,7 +25,7 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
 from kvtier import cluster, passwords
-from kvtier.cluster import container, derive, render, systemd
+from kvtier.cluster import container, derive, load_order, render, systemd
 from kvtier.cluster.inventory import plain
 
 _PARSED: dict = {}
@@ -106,6 +106,7 @@ def vllm_lmcache_facts(spec_dict, host):
         "fingerprint": cluster.fingerprint(spec),
         # What kvtier_health compares: the adapter of each lower tier, and the settings that make cache keys equal.
         "adapters": render.tier_adapters(spec),
+        "load_order": load_order.decide(spec).expectation(),
         "key_settings": render.key_settings(spec),
     }
 
