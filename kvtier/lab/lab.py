@@ -86,13 +86,15 @@ PROVISIONING_INPUTS = (
     "kvtier/preflight",
 )
 # Every task the spec-change stage's site.yml may change, each on a Spark: the LMCache unit rewritten and its restart
-# recorded, then (one Spark at a time) drained at the router, restarted, put back, the record removed.
+# recorded, then (one Spark at a time) drained at the router, out of the P2P group, restarted, put back, the record
+# removed.
 SPEC_CHANGE_RESTART = "Restart LMCache (vLLM follows) or vLLM alone"
 SPEC_CHANGE_TASKS = frozenset(
     {
         "Write the LMCache server unit",
         "Record the LMCache restart for the rolling play",
         "Drain it at the router and wait until the router's requests to it are answered",
+        "Freeze the LMCache server (no heartbeat brings it back)",
         SPEC_CHANGE_RESTART,
         "Put it back at the router once its health checks pass",
         "Note that the restart is done",

@@ -672,7 +672,7 @@ def load_order_checks(host, lmcache_service, expect):
         return []
     by_adapter = {name: tier for tier, name in (expect.get("adapters") or {}).items()}
     running = []
-    for flag, value in zip(argv, argv[1:]):
+    for flag, value in zip(argv, argv[1:], strict=False):
         if flag != "--l2-adapter":
             continue
         try:
@@ -1105,9 +1105,9 @@ def spark_checks(host, facts, expect):
 
     `facts`: probe (`probe_node`), later (`lmcache_summary` a second after), lmcache (`running_service` of the
     LMCache server), l2 (`client_view` as LMCache's user), l3 (`directory_state`), nfs (`mount_facts`), fabric
-    (`fabric_state`), l2_lmcache (`lmcache_l2_view`); any may be missing. `expect`: model, adapters, load_order, p2p_peers,
-    plus l2 (LMCache has an L2 tier), l3 (it has an L3 tier), rdma_fabric (the L3 directory is an NFS mount),
-    io_size (the mount's rsize/wsize) and mtu (the fabric's).
+    (`fabric_state`), l2_lmcache (`lmcache_l2_view`); any may be missing. `expect`: model, adapters, load_order,
+    p2p_peers, plus l2 (LMCache has an L2 tier), l3 (it has an L3 tier), rdma_fabric (the L3 directory is an NFS
+    mount), io_size (the mount's rsize/wsize) and mtu (the fabric's).
     """
     probe = facts.get("probe") or {}
     out = serving_checks(host, probe, expect)

@@ -298,16 +298,31 @@ def probe_node(endpoints: dict, model: str | None = None, timeout: float = 5.0, 
     return result
 
 
-def complete(base: str, model: str, prompt: str, timeout: float = 300.0, cache_salt: str = "") -> dict:
-    """One completion of one token, as a client sends it; what vLLM said and how long it took.
+# A hit must give the answer the cold computation gives: the proofs compare this many greedy tokens, each with its
+# top-2 log-probabilities. Where the cold run's two best tokens are closer than NEAR_TIE (natural log), another
+# token may win by rounding alone (a GPU's kernels differ between a prefill and a cached load), and no more is read.
+ANSWER_TOKENS = 4
+NEAR_TIE = 0.05
+
+
+def complete(
+    base: str,
+    model: str,
+    prompt: str,
+    timeout: float = 300.0,
+    cache_salt: str = "",
+    answer_tokens: int = 1,
+) -> dict:
+    """One completion, as a client sends it (greedy); what vLLM said and how long it took.
 
     Returns ``status`` (HTTP status, 0 when there was no answer), ``cached_tokens`` (the prompt tokens served
     from a cache: vLLM's prompt_tokens_details, needs --enable-prompt-tokens-details), ``prompt_tokens``,
-    ``seconds`` (the whole request: with one output token, close to the time to first token) and ``error``.
+    ``seconds`` (the whole request: with one output token, close to the time to first token), ``error``, and
+    the answer: ``tokens`` and ``top_logprobs`` (the two best tokens at each step) of `answer_tokens` tokens.
     A ``cache_salt`` (vLLM's request field, which LMCache puts in every object key) keeps the request's cache
     entries apart from every other request's.
     """
-    fields = {"model": model, "prompt": prompt, "max_tokens": 1, "temperature": 0}
+    fields = {"model": model, "prompt": prompt, "max_tokens": answer_tokens, "temperature": 0, "logprobs": 2}
     if cache_salt:
         fields["cache_salt"] = cache_salt
     body = json.dumps(fields).encode()
@@ -316,12 +331,17 @@ def complete(base: str, model: str, prompt: str, timeout: float = 300.0, cache_s
     )
     started = time.monotonic()
     result = {"status": 0, "cached_tokens": 0, "prompt_tokens": 0, "seconds": 0.0, "error": ""}
+    result.update(tokens=[], top_logprobs=[])
     try:
         with urllib.request.urlopen(request, timeout=timeout) as reply:  # noqa: S310 (fixed http URL)
-            usage = json.load(reply).get("usage") or {}
+            answer = json.load(reply)
+            usage = answer.get("usage") or {}
             result["status"] = reply.status
             result["prompt_tokens"] = usage.get("prompt_tokens") or 0
             result["cached_tokens"] = (usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0
+            logprobs = ((answer.get("choices") or [{}])[0]).get("logprobs") or {}
+            result["tokens"] = list(logprobs.get("tokens") or [])
+            result["top_logprobs"] = [dict(top or {}) for top in logprobs.get("top_logprobs") or []]
     except urllib.error.HTTPError as exc:
         result["status"] = exc.code
         result["error"] = exc.read().decode("utf-8", "replace")[:500]
@@ -329,6 +349,26 @@ def complete(base: str, model: str, prompt: str, timeout: float = 300.0, cache_s
         result["error"] = str(getattr(exc, "reason", exc))
     result["seconds"] = round(time.monotonic() - started, 3)
     return result
+
+
+def answer_difference(cold: dict, hit: dict, near_tie: float = NEAR_TIE) -> str | None:
+    """Why a cache hit's greedy answer is not the cold computation's; None when it is the same.
+
+    The first differing token decides: a difference where the cold run's two best tokens are within `near_tie` is a
+    near-tie (no more is compared: the texts part there); any other is a wrong answer from the cache."""
+    want_tokens, got_tokens = cold.get("tokens") or [], hit.get("tokens") or []
+    tops = cold.get("top_logprobs") or []
+    for index, (want, got) in enumerate(zip(want_tokens, got_tokens, strict=False)):
+        if want == got:
+            continue
+        top = sorted((tops[index] if index < len(tops) else {}).values(), reverse=True)
+        margin = top[0] - top[1] if len(top) > 1 else float("inf")
+        if margin < near_tie:
+            return None
+        return f"token {index + 1} is {got!r} where the cold computation gave {want!r} (its lead {margin:.3g} nats)"
+    if len(got_tokens) != len(want_tokens):
+        return f"{len(got_tokens)} answer tokens where the cold computation gave {len(want_tokens)}"
+    return None
 
 
 # --- a salted request's own cache entries (the canary) -------------------------------------------------------
@@ -435,7 +475,7 @@ def plant(
     L3 directory once every full chunk is there; empty without `l3_path`)."""
     metrics = endpoints["lmcache_metrics"]
     before = lmcache_summary(get_metrics(metrics))
-    cold = complete(endpoints["vllm"], model, prompt, 600.0, salt)
+    cold = complete(endpoints["vllm"], model, prompt, 600.0, salt, ANSWER_TOKENS)
     if cold["status"] != 200:
         raise ProbeError(f"the canary's request failed: HTTP {cold['status']} {cold['error'][:200]}")
     deadline = time.monotonic() + timeout
@@ -461,7 +501,7 @@ def serve(endpoints: dict, model: str, prompt: str, salt: str) -> dict:
     DRAM; ``loads``: completed loads per L2 adapter) over the request."""
     metrics = endpoints["lmcache_metrics"]
     before = lmcache_summary(get_metrics(metrics))
-    reply = complete(endpoints["vllm"], model, prompt, 600.0, salt)
+    reply = complete(endpoints["vllm"], model, prompt, 600.0, salt, ANSWER_TOKENS)
     after = lmcache_summary(get_metrics(metrics))
     loads = {a: v["loads"] - before["l2"].get(a, {}).get("loads", 0) for a, v in after["l2"].items()}
     return {"reply": reply, "l1_hit_tokens": after["l1_hit_tokens"] - before["l1_hit_tokens"], "loads": loads}

@@ -208,6 +208,17 @@ class Canary:
     def _hit(self, tier, host, reply, cold, delta, counted, source_host="") -> dict:
         what = "LMCache's DRAM" if tier == "l0" else f"the {counted} adapter"
         where = f" from {source_host}" if source_host else ""
+        wrong = lmcache_probe.answer_difference(cold, reply)
+        if reply["cached_tokens"] > 0 and delta > 0 and wrong:
+            return h.check(
+                host,
+                HEALTH_TIER[tier],
+                h.ERR,
+                CODES[tier] + "_WRONG_ANSWER",
+                f"a canary{where} served from {what} was answered differently from its cold computation: {wrong}",
+                "the cached KV is not what this node computes: compare the nodes' model, dtype and kv-cache dtype "
+                "(health's config checks), and remove the tier's entries (they are wrong for every reader)",
+            )
         if reply["cached_tokens"] > 0 and delta > 0:
             return h.check(
                 host,

@@ -70,10 +70,12 @@ class Hit:
     source: str = ""  # for l1: the Spark that computed the prompt
     attempt: int = 1
     why: str = ""  # what LMCache said when the tier was not proven
+    wrong_answer: str = ""  # how the hit's greedy answer differs from the cold computation's ("" when the same)
+    also_loaded: str = ""  # lower tiers looked up after this one that loaded it too (it was not the first to serve)
 
     @property
     def proven(self) -> bool:
-        return self.cached_tokens > 0 and self.delta > 0
+        return self.cached_tokens > 0 and self.delta > 0 and not self.wrong_answer and not self.also_loaded
 
     @property
     def label(self) -> str:
@@ -119,7 +121,7 @@ class Proof:
 
     def complete(self, host: str, prompt: str) -> dict:
         """Send the prompt to the Spark's vLLM (from the node itself); its answer, or ProofError."""
-        call = f"complete({self.t.vllm_url(host)!r}, {self.t.model!r}, {prompt!r}, 600.0)"
+        call = f"complete({self.t.vllm_url(host)!r}, {self.t.model!r}, {prompt!r}, 600.0, '', ANSWER_TOKENS)"
         reply = self.t.nodes[host].python(_LMCACHE, call, timeout=660)
         if reply["status"] == 200:
             return reply
@@ -238,7 +240,7 @@ class Proof:
         self.wait_stored(host, before)
         hits = []
 
-        def hit(tier, counter, delta, reply):
+        def hit(tier, counter, delta, reply, also_loaded=""):
             hits.append(
                 Hit(
                     tier,
@@ -250,13 +252,16 @@ class Proof:
                     reply["seconds"],
                     cold["seconds"],
                     attempt=attempt,
+                    wrong_answer=lmcache_probe.answer_difference(cold, reply) or "",
+                    also_loaded=also_loaded,
                 )
             )
 
         if "l0" in tiers:
             reply, base, after = self.measured(host, prompt)
             hit("l0", "lmcache_mp_lookup_hit_l1_tokens", after["l1_hit_tokens"] - base["l1_hit_tokens"], reply)
-        for tier, adapter in self.t.lower_tiers:
+        order = self.t.lower_tiers
+        for index, (tier, adapter) in enumerate(order):
             if tier not in tiers:
                 continue
             self.empty_before(host, tier, marker)
@@ -267,7 +272,10 @@ class Proof:
                 self.clear_dram(host)
                 counter = f"l2_name={adapter} loads"
             reply, base, after = self.measured(host, prompt)  # after a restart its counters start at zero
-            hit(tier, counter, loads(after, adapter) - loads(base, adapter), reply)
+            # The tiers LMCache looks in later hold the prompt too: a DRAM miss must load from the first one alone.
+            later = {a: loads(after, a) - loads(base, a) for _, a in order[index + 1 :]}
+            also = ", ".join(f"{a} ({n} loads)" for a, n in later.items() if n)
+            hit(tier, counter, loads(after, adapter) - loads(base, adapter), reply, also)
         if marker is not None:
             self.t.nodes[host].run("rm", "-f", marker)
         return hits
@@ -298,6 +306,7 @@ class Proof:
             cold["seconds"],
             source,
             attempt,
+            wrong_answer=lmcache_probe.answer_difference(cold, reply) or "",
         )
         if not hit.proven:
             said = [f"{h} LMCache: {line}" for h in (target, source) for line in self.lmcache_warnings(h, started)]
@@ -361,4 +370,8 @@ def table(hits: list) -> list:
             f"{h.delta:>5} {timing:>14}{mark}"
         )
     lines += [f"  {h.host} {h.label}: {h.why}" for h in hits if not h.proven and h.why]
+    lines += [f"  {h.host} {h.label}: a wrong answer from the cache: {h.wrong_answer}" for h in hits if h.wrong_answer]
+    lines += [
+        f"  {h.host} {h.label}: also loaded from {h.also_loaded}, looked up after it" for h in hits if h.also_loaded
+    ]
     return lines

@@ -42,6 +42,7 @@ class StandInSpark:
     def __init__(self, name, cluster, l2_broken=False, p2p_broken=False):
         self.name, self.cluster = name, cluster
         self.l2_broken, self.p2p_broken = l2_broken, p2p_broken
+        self.wrong_from = None  # an adapter whose loads make the answer differ (KV that is not what it computes)
         self.dram = set()
         self.counters = {"l1_hit": 0, "loads": {"resp": 0, "fs": 0, "p2p": 0}, "stores": {"resp": 0, "fs": 0}}
         # Bytes each adapter holds as this server counts them: what it stored, less what was removed through it.
@@ -70,7 +71,7 @@ class StandInSpark:
                 *((name, lower[name]) for name in self.cluster.order),
                 ("p2p", lambda k: not self.p2p_broken and any(k in p.dram for p in peers)),
             ]
-            cached, found = 0, 0
+            cached, found, served_by = 0, 0, None
             for tier, has in tiers:
                 if keys and has(keys[0]):
                     found = next((i for i, k in enumerate(keys) if not has(k)), len(keys))
@@ -79,6 +80,7 @@ class StandInSpark:
                         self.counters["l1_hit"] += cached
                     else:
                         self.counters["loads"][tier] += 1
+                    served_by = tier
                     break
             self.dram.update(keys)
             new = keys[found:]  # LMCache stores the chunks no tier served, not what it loaded
@@ -91,7 +93,13 @@ class StandInSpark:
             if new:
                 self.counters["stores"]["fs"] += 1
                 self.usage["fs"] += CHUNK_BYTES * len(new)
-            return {"usage": {"prompt_tokens": tokens, "prompt_tokens_details": {"cached_tokens": cached}}}
+            # A greedy answer of four tokens, each well ahead of the next best; another one from a wrong cache.
+            answer = ["x", "y", "z", "z"] if served_by and served_by == self.wrong_from else ["a", "b", "c", "d"]
+            logprobs = {"tokens": answer, "top_logprobs": [{t: -0.1, "q": -2.5} for t in answer]}
+            return {
+                "usage": {"prompt_tokens": tokens, "prompt_tokens_details": {"cached_tokens": cached}},
+                "choices": [{"text": "".join(answer), "logprobs": logprobs}],
+            }
 
     def metrics(self):
         c = self.counters
@@ -221,6 +229,16 @@ def test_a_broken_l2_adapter_is_named_on_its_spark_and_the_rest_still_proven(clu
         "CANARY_L3_OK",
         "CANARY_P2P_OK",
     }
+
+
+def test_a_tier_that_answers_differently_from_the_cold_computation_is_an_error(cluster):
+    cluster.sparks["spark01"].wrong_from = "fs"
+    results = canary.Canary(cluster.target, out=lambda _: None).run()
+    wrong = by_tier(results, "spark01")["l3"]
+    assert (wrong["status"], wrong["code"]) == (h.ERR, "CANARY_L3_WRONG_ANSWER")
+    assert "token 1 is 'x' where the cold computation gave 'a'" in wrong["reason"]
+    assert by_tier(results, "spark01")["l2"]["code"] == "CANARY_L2_OK"
+    assert by_tier(results, "spark02")["l3"]["code"] == "CANARY_L3_OK"
 
 
 def test_a_peer_that_serves_nothing_is_a_p2p_miss_on_the_spark_that_asked(cluster):

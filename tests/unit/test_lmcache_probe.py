@@ -168,3 +168,22 @@ def test_p2p_problems_name_what_is_missing():
     assert probe.p2p_problems(_with_p2p(p2p_enabled=True, p2p_state="registered", p2p_peers=[]), 1) == [
         "LMCache P2P sees 0 peer(s) [], expected at least 1"
     ]
+
+
+def _answer(tokens, lead=2.0):
+    return {"tokens": tokens, "top_logprobs": [{t: -0.1, "other": -0.1 - lead} for t in tokens]}
+
+
+def test_a_hit_must_answer_as_the_cold_computation():
+    cold = _answer(["The", " cache", " is", " warm"])
+    assert probe.answer_difference(cold, _answer(["The", " cache", " is", " warm"])) is None
+    assert probe.answer_difference(cold, _answer(["The", " cache", " was", " warm"])) == (
+        "token 3 is ' was' where the cold computation gave ' is' (its lead 2 nats)"
+    )
+    assert probe.answer_difference(cold, _answer(["The"])) == "1 answer tokens where the cold computation gave 4"
+
+
+def test_a_near_tie_may_flip_and_nothing_after_it_is_compared():
+    cold = _answer(["A", "B", "C"], lead=0.01)
+    assert probe.answer_difference(cold, _answer(["A", "X", "Y"])) is None
+    assert probe.answer_difference(cold, _answer(["A", "X", "Y"]), near_tie=0.001) is not None

@@ -49,6 +49,15 @@ def test_the_table_flags_a_tier_whose_counter_did_not_move():
     assert "0.40 (0.90)" in lines[1]  # this request's time, then the cold request's
 
 
+def test_a_hit_with_another_answer_or_from_a_later_tier_is_not_proven():
+    wrong = tiers.Hit("l3", "spark01", 1600, 1636, "c", 3, 0.4, 0.9, wrong_answer="token 1 is 'x' where ...")
+    late = tiers.Hit("l3", "spark01", 1600, 1636, "c", 3, 0.4, 0.9, also_loaded="resp (2 loads)")
+    rows = tiers.table([wrong, late])
+    assert not wrong.proven and not late.proven
+    assert rows[3] == "  spark01 L3 NVMe pool: a wrong answer from the cache: token 1 is 'x' where ..."
+    assert rows[4] == "  spark01 L3 NVMe pool: also loaded from resp (2 loads), looked up after it"
+
+
 def test_a_peer_hit_names_the_spark_that_computed_it_and_a_miss_says_why():
     miss = hit("l1", 0, 0, why="spark01 sees P2P registered, peers none", source="spark02")
     rows = tiers.table([miss])

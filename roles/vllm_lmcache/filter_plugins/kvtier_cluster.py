@@ -27,6 +27,7 @@ except ImportError:  # running from a checkout without `pip install -e .`
 from kvtier import cluster, passwords
 from kvtier.cluster import container, derive, load_order, render, systemd
 from kvtier.cluster.inventory import plain
+from kvtier.probes import lmcache as lmcache_probe
 
 _PARSED: dict = {}
 
@@ -102,6 +103,14 @@ def vllm_lmcache_facts(spec_dict, host):
         "p2p": spec.p2p is not None and is_node,
         "ucx": _ucx(spec, host) if is_node else None,
         "p2p_peers": render.p2p_peers(spec) if is_node else None,
+        # Each other serving node's LMCache /status (read on that node): how a leaving node sees it is gone.
+        "p2p_peer_status": {
+            n.name: _guard(render.endpoints, spec, n.name)["lmcache_http"] + "/status"
+            for n in spec.nodes
+            if n.name != host
+        }
+        if spec.p2p is not None and is_node
+        else {},
         "endpoints": _guard(render.endpoints, spec, host) if is_node else {},
         "fingerprint": cluster.fingerprint(spec),
         # What kvtier_health compares: the adapter of each lower tier, and the settings that make cache keys equal.
@@ -109,6 +118,11 @@ def vllm_lmcache_facts(spec_dict, host):
         "load_order": load_order.decide(spec).expectation(),
         "key_settings": render.key_settings(spec),
     }
+
+
+def vllm_lmcache_p2p_peers(status):
+    """The peers a node's LMCache P2P sees, from its /status JSON."""
+    return lmcache_probe.status_summary(plain(status) or {})["p2p_peers"]
 
 
 def _ucx(spec, host: str) -> dict:
@@ -254,6 +268,7 @@ class FilterModule:
         return {
             "kvtier_spec": kvtier_spec,
             "vllm_lmcache_facts": vllm_lmcache_facts,
+            "vllm_lmcache_p2p_peers": vllm_lmcache_p2p_peers,
             "vllm_lmcache_services": vllm_lmcache_services,
             "vllm_lmcache_password_problems": vllm_lmcache_password_problems,
             "vllm_lmcache_l3_owner": vllm_lmcache_l3_owner,
