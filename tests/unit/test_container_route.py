@@ -220,3 +220,15 @@ def test_the_lab_runs_one_spark_on_the_container_route(tmp_path, monkeypatch):
     routes = {name: v.get("vllm_lmcache_install_route", "venv") for name, v in sparks.items()}
     assert routes == {"spark01": "venv", "spark02": "container"}
     assert sparks["spark02"]["vllm_lmcache_container_pull"] is False  # loaded by the lab: no registry here
+
+
+def test_cuda_ops_built_for_another_torch_are_refused_with_the_fix():
+    stderr = (
+        "Traceback (most recent call last):\n  ...\nImportError: /venv/lib/python3.12/site-packages/lmcache/"
+        "cuda_ops.cpython-312-aarch64-linux-gnu.so: undefined symbol: _ZN3c104cuda9SetDeviceEa\n"
+    )
+    said = image_add.cuda_ops_mismatch(stderr, "2.10.0a0+nv25.11")
+    assert said.startswith("kvtier: LMCache's CUDA ops do not load against the image's torch 2.10.0a0+nv25.11 (")
+    assert "undefined symbol: _ZN3c104cuda9SetDeviceEa" in said
+    assert "vllm_lmcache_container_lmcache_from_source: true" in said
+    assert image_add.cuda_ops_mismatch("AssertionError: torch sees no CUDA device", "2.9.0") is None

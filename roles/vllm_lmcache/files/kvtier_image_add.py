@@ -8,7 +8,9 @@ what the image lacks into it, never a second torch or vLLM that would shadow the
   the resolution), as the venv route installs it.
 Then it installs kvtier's NIXL progress hook, and judges: the image's vLLM must be the spec's version, `pip check`
 must be clean on a GPU build (reported on the CPU build, which leaves CUDA packages out on purpose), and the
-import check must pass.
+import check must pass. LMCache's wheel declares any torch but its CUDA ops link the one it was built with: where
+they do not load against the image's torch, the build stops naming both and the fix, building LMCache from its
+source against the image's torch and CUDA toolkit (settings' lmcache_from_source; from a package index only).
 
 Usage: python kvtier_image_add.py SETTINGS.json   (written by the role; see main())
 """
@@ -69,6 +71,19 @@ def base_version(version: str) -> str:
     return version.split("+", 1)[0]
 
 
+def cuda_ops_mismatch(stderr: str, torch_version: str | None) -> str | None:
+    """The refusal when LMCache's CUDA ops do not load against the image's torch; None for any other failure."""
+    if "cuda_ops" not in stderr and "undefined symbol" not in stderr:
+        return None
+    last = next((line for line in reversed(stderr.strip().splitlines()) if line.strip()), "")
+    return (
+        f"kvtier: LMCache's CUDA ops do not load against the image's torch {torch_version or '(none)'} ({last}): "
+        "its wheel was built against another torch. Set vllm_lmcache_container_lmcache_from_source: true (with "
+        "vllm_lmcache_install_source: index) to build LMCache against the image's torch and CUDA toolkit, or choose "
+        "an image whose torch matches LMCache's wheel"
+    )
+
+
 def pip(*args) -> None:
     subprocess.run([sys.executable, "-m", "pip", *args, "--disable-pip-version-check", "--no-input"], check=True)
 
@@ -99,7 +114,9 @@ def main(path: str) -> int:
         with open(pinned, "w") as fh:
             fh.write("\n".join(constraints(present)) + "\n")
         print(f"kvtier: adding {' '.join(s['requirements'])} with the image's {len(present)} packages pinned")
-        pip("install", "-c", pinned, *s["extra_args"], *s["requirements"])
+        # From source, LMCache's CUDA ops compile against the torch the image has (no isolated build environment).
+        source = ["--no-binary", "lmcache", "--no-build-isolation"] if s.get("lmcache_from_source") else []
+        pip("install", "-c", pinned, *source, *s["extra_args"], *s["requirements"])
     site = sysconfig.get_paths()["purelib"]
     for name in s["hook_files"]:
         shutil.copy(os.path.join(work, name), os.path.join(site, name))
@@ -124,7 +141,12 @@ def main(path: str) -> int:
             else "on the CPU build also reports (kept): " + "; ".join(problems)
         )
     )
-    subprocess.run([sys.executable, "-c", s["import_check"]], check=True)
+    imported = subprocess.run([sys.executable, "-c", s["import_check"]], capture_output=True, text=True)
+    if imported.returncode != 0:
+        sys.stderr.write(imported.stderr)
+        refusal = None if s["cpu_build"] else cuda_ops_mismatch(imported.stderr, present.get("torch"))
+        print(refusal or "kvtier: the import check failed (above)", file=sys.stderr)
+        return 4
     print(f"kvtier: {s['vllm_package']} {vllm_found} and lmcache import in {sys.prefix}")
     return 0
 
