@@ -31,7 +31,7 @@ from kvtier.bench import ttft as bench_ttft
 from kvtier.health import checks as health_checks
 from kvtier.health import report as health_report
 from kvtier.inventory import Inventory, InventoryError
-from kvtier.lab import day2, fabric, sparks, standin
+from kvtier.lab import day2, fabric, load_faults, sparks, standin
 from kvtier.lab.runner import run_playbook
 from kvtier.lab.stages import StageFailed, Stages
 from kvtier.probes import cpu as cpu_probe
@@ -661,7 +661,7 @@ def _peer_stopped(out) -> str:
         if state == "running":
             raise StageFailed(f"{unit} runs with a login the L2 server refuses: its start gate let it through")
         gated = _until("health names the refused login", PEER_GONE_S, named_everywhere(refused))
-        drift = _chunk_drift(t, FAULTY_SPARK)
+        drift = _chunk_drift(t, FAULTY_SPARK) + "; " + load_faults.inject(t, FAULTY_SPARK)
         node.run("mv", f"{secrets_file}.kvtier-fault", secrets_file)
         started = time.monotonic()
         node.run("systemctl", "start", unit)
@@ -681,12 +681,14 @@ def _peer_stopped(out) -> str:
 
 
 def _drifted_spark(out) -> str:
-    """The Spark the previous stage started again runs with its chunk size changed by hand: requests to every Spark
-    keep succeeding (its cache keys differ, so it shares nothing with the others: zero hits, no error) and health
-    names CONFIG_DRIFT_CHUNK, on it only, and no other ERR. site.yml's next run (the spec-change stage) writes the
-    unit again and restarts it behind the router."""
+    """The Spark the previous stage started again runs with its chunk size changed by hand and LMCache's fault_inject
+    adapter first: requests to every Spark keep succeeding (its cache keys differ, so it shares nothing with the
+    others: zero hits, no error), its repeats whose chunk loads fail are answered as cold (kvtier.lab.load_faults),
+    and health names CONFIG_DRIFT_CHUNK, on it only, and no other ERR. site.yml's next run (the spec-change stage)
+    writes the unit again and restarts it behind the router."""
     t = proof_target()
     times, failed = _requests_under_fault(out, t, "with a Spark drifted")
+    faults = load_faults.served(out, t, FAULTY_SPARK)
     found, _ = _health_run(out)
     named = _named(found, {c["code"] for c in found})
     if failed or named != {FAULTY_SPARK: {DRIFT_CODE}}:
@@ -696,7 +698,7 @@ def _drifted_spark(out) -> str:
     reason = next(c["reason"] for c in found if c["code"] == DRIFT_CODE)
     return (
         f"{DRIFT_CODE} on {FAULTY_SPARK} only ({reason}); 0 of {len(times)} requests failed (slowest "
-        f"{max(times, default=0):.2f} s); site.yml's next run repairs it"
+        f"{max(times, default=0):.2f} s); failing loads: {faults}; site.yml's next run repairs both"
     )
 
 
@@ -944,7 +946,9 @@ def test(out=print, keep: bool = False) -> int:
         stages.run(
             f"fault: P2P peer stopped, then a wrong L2 password ({FAULTY_SPARK}; client stream)", _peer_stopped, out
         )
-        stages.run(f"fault: another chunk size on {FAULTY_SPARK} (health, requests)", _drifted_spark, out)
+        stages.run(
+            f"fault: another chunk size and failing loads on {FAULTY_SPARK} (health, requests)", _drifted_spark, out
+        )
         # The spec change also repairs the chunk size: the health stage after it must be clean.
         stages.run("site.yml again: a spec change, one Spark at a time (client stream)", _spec_change, out, marks)
         # Every tier of every Spark is proven by the canaries (the tier proof's claim, without restarting

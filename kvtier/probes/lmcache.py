@@ -112,6 +112,8 @@ def lmcache_summary(samples) -> dict:
         "l2_store_requests_completed": _int(sum(stores.values())),
         # lmcache 0.5.6 counts submitted store requests in total only; completed ones per adapter (l2_name).
         "l2_store_requests_submitted": _int(_counter(samples, "lmcache_mp_l2_store_submitted_requests")),
+        # Chunks a lower tier reported present and then failed to load (LMCache trims the hit before them).
+        "l2_prefetch_failures": _int(_counter(samples, "lmcache_mp_l2_prefetch_failure_chunks")),
         "l2": {
             name: {
                 "loads": _int(loads.get(name, 0.0)),
