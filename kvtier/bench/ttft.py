@@ -293,6 +293,22 @@ def summarize(points: list) -> list:
     return rows
 
 
+def measured_load_order(results: list) -> dict | None:
+    """What `kvtier_cluster.load_order.measured_s` takes from a tiers sweep: each lower tier's median TTFT at the
+    longest context measured (over every Spark benched); None without a tiers sweep of both lower tiers."""
+    rows = [r for result in results for r in result["summary"] if r["sweep"] == "tiers"]
+    if not rows:
+        return None
+    longest = max(r["context"] for r in rows)
+    times: dict = {}
+    for r in rows:
+        if r["context"] == longest and r["tier"] in ("l0", "l2", "l3") and r["ttft_p50"] is not None:
+            times.setdefault(r["tier"], []).append(r["ttft_p50"])
+    if not {"l2", "l3"} <= set(times):
+        return None
+    return {tier: round(warmup_probe.percentile(values, 50), 4) for tier, values in sorted(times.items())}
+
+
 def _order(key):
     sweep, tier, context, rate = key
     return (SWEEPS.index(sweep), context, rate if rate is not None else -1, SERIES.index(tier))

@@ -8,6 +8,8 @@ import json
 import pytest
 
 from kvtier.bench import files, storage, ttft
+from kvtier.cluster import load_order, load_spec
+from tests.unit._cluster_data import spec_dict
 
 
 def _point(sweep, tier, context, value, rate=None, cached=0, **extra):
@@ -47,6 +49,15 @@ def test_summary_gives_median_p95_and_the_ratio_to_cold_of_its_own_sweep():
     assert rows[("hit_rate", "l0", 50)]["vs_cold"] is None
     order = [(r["sweep"], r["tier"]) for r in ttft.summarize(POINTS)]
     assert order[:2] == [("context", "cold"), ("context", "l0")] and order[-1] == ("tiers", "l3")
+
+
+def test_a_tiers_sweep_gives_the_measured_load_order_the_spec_takes():
+    results = [{"host": "spark01", "summary": ttft.summarize(POINTS)}]
+    measured = ttft.measured_load_order(results)
+    assert measured == {"l2": 0.2, "l3": 0.25}
+    spec = load_spec(spec_dict(load_order={"measured_s": measured}))
+    assert load_order.decide(spec).tiers == ("l2", "l3")
+    assert ttft.measured_load_order([{"host": "spark01", "summary": ttft.summarize(POINTS[:6])}]) is None
 
 
 def test_plots_draw_the_tiers_sweep_against_context_and_the_hit_rate_sweep():
