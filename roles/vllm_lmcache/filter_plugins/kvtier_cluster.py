@@ -101,6 +101,7 @@ def vllm_lmcache_facts(spec_dict, host):
         },
         "l3_path": None if spec.l3 is None else spec.l3.path,
         "p2p": spec.p2p is not None and is_node,
+        "p2p_heartbeat_interval": spec.p2p.heartbeat_interval if spec.p2p is not None else None,
         "ucx": _ucx(spec, host) if is_node else None,
         "p2p_peers": render.p2p_peers(spec) if is_node else None,
         # Each other serving node's LMCache /status (read on that node): how a leaving node sees it is gone.
