@@ -7,7 +7,8 @@ import pathlib
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-_spec = importlib.util.spec_from_file_location("kvtier_p2p_leave", ROOT / "roles/vllm_lmcache/files/kvtier_p2p_leave.py")
+_HELPER = ROOT / "roles" / "vllm_lmcache" / "files" / "kvtier_p2p_leave.py"
+_spec = importlib.util.spec_from_file_location("kvtier_p2p_leave", _HELPER)
 leave_module = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(leave_module)
 
