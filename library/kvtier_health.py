@@ -20,8 +20,8 @@ options:
   p2p_peers: {description: Peers LMCache P2P must see (omit without P2P)., type: int}
   adapters: {description: "LMCache adapter of each lower tier, e.g. {l2: resp, l3: fs}.", type: dict, default: {}}
   load_order:
-    description: "The lower tiers fastest first and their load times, e.g. {fastest_first: [l3, l2], seconds: {l3: 0.004,
-      l2: 0.028}, basis: estimated}: a running LMCache that looks in a slower tier first is a warning."
+    description: "The lower tiers fastest first and their load times, e.g. {fastest_first: [l3, l2], seconds:
+      {l3: 0.004, l2: 0.028}, basis: estimated}: a running LMCache that looks in a slower tier first is a warning."
     type: dict
     default: {}
   units: {description: "systemd units of the services: {lmcache: ..., vllm: ...}.", type: dict, default: {}}
