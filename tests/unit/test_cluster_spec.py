@@ -472,7 +472,8 @@ def test_first_difference_hides_sensitive_paths_only_in_messages():
 def test_p2p_transfer_package_follows_the_engine_and_must_be_pinned():
     spec = load_spec(spec_dict(p2p={"coordinator": {"node": "spark01"}, "transfer_engine": "mooncake_te"}))
     assert spec.p2p.transfer_package == "mooncake-transfer-engine==0.3.13.post1"
-    assert load_spec(spec_dict(p2p={"coordinator": {"node": "spark01"}})).p2p.transfer_package == "nixl==1.5.1"
+    assert load_spec(spec_dict(p2p={"coordinator": {"node": "spark01"}})).p2p.transfer_package == "nixl-cu13==1.5.1"
     assert only_problem(spec_dict(p2p={"coordinator": {"node": "spark01"}, "transfer_package": "nixl"})) == (
-        "p2p.transfer_package is 'nixl'; pin it as name==version (e.g. nixl==1.5.1) so every node runs the same build"
+        "p2p.transfer_package is 'nixl'; pin it as name==version (e.g. nixl-cu13==1.5.1) so every node runs the same "
+        "build"
     )

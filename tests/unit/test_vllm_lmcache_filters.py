@@ -20,7 +20,7 @@ def test_facts_of_a_serving_node_come_from_the_spec():
     facts = filters.vllm_lmcache_facts(spec_dict(), "spark02")
     assert facts["is_node"] and not facts["runs_coordinator"]
     assert facts["venv"] == "/opt/kvtier/venv"
-    assert facts["requirements"] == ["vllm==0.33.0", "lmcache==0.5.6", "nixl==1.5.1"]  # the spec has P2P
+    assert facts["requirements"] == ["vllm==0.33.0", "lmcache==0.5.6", "nixl-cu13==1.5.1"]  # the spec has P2P
     assert facts["model_path"] == "/opt/kvtier/models/Qwen3-8B" and facts["served_name"] == "Qwen/Qwen3-8B"
     assert facts["chunk_size"] == 256 and facts["max_model_len"] == 32768
     assert facts["l2"]["password_var"] == "kv_store_lmcache_password" and "password" not in facts["l2"]
@@ -158,7 +158,7 @@ def test_only_the_cpu_build_removes_packages():
         == "import lmcache, vllm.entrypoints.openai.api_server"
     )
     gpu = filters.vllm_lmcache_facts(spec_dict(), "spark01")["import_check"]
-    assert "import torch, lmcache.cuda_ops; import nixl; assert torch.cuda.is_available()" in gpu
+    assert "import torch, lmcache.cuda_ops; import nixl_cu13._api; assert torch.cuda.is_available()" in gpu
 
 
 def test_the_l3_directory_on_the_export_belongs_to_its_squashed_identity():

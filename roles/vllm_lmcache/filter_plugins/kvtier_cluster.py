@@ -146,7 +146,8 @@ def _import_check(spec, is_node: bool) -> str:
         return code
     code += "; import torch, lmcache.cuda_ops"
     if spec.p2p is not None and spec.p2p.transfer_engine == "nixl":
-        code += "; import nixl"
+        # The build the transfer package installs (nixl-cu13 -> nixl_cu13), as LMCache's P2P channel imports it.
+        code += f"; import {spec.p2p.transfer_package.split('==')[0].replace('-', '_')}._api"
     return code + "; assert torch.cuda.is_available(), 'torch sees no CUDA device'"
 
 
