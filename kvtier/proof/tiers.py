@@ -201,7 +201,9 @@ class Proof:
     def remove_l3_since(self, host: str, marker: str) -> None:
         """Delete the L3 files written after `marker`, then the marker."""
         path = self.t.spec.l3.path
-        self.t.nodes[host].run("find", path, "-mindepth", "1", "-type", "f", "-newer", marker, "-delete")
+        # Chunks only (the top level): the nodes' temp files being written sit in their sub-directories.
+        top_level = ("-mindepth", "1", "-maxdepth", "1", "-type", "f")
+        self.t.nodes[host].run("find", path, *top_level, "-newer", marker, "-delete")
         self.t.nodes[host].run("rm", "-f", marker)
 
     def restart_lmcache(self, host: str) -> None:
