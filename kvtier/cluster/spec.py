@@ -466,13 +466,37 @@ def _weights_gib(r: Reader, model_id, path) -> float | None:
     return None
 
 
+def managed_flag(arg: str, managed: tuple) -> str | None:
+    """The managed flag that `arg` would set as argparse reads it, or None.
+
+    argparse takes a unique prefix of a long option (`--http-ho`); vLLM's parser also takes underscores
+    (`--kv_transfer_config`) and a dotted key into a JSON option (`--kv-transfer-config.kv_role`); a `--config`
+    file may set any flag at all."""
+    if not arg.startswith("--"):
+        return None
+    flag = arg.split("=", 1)[0].split(".", 1)[0]
+    flag = "--" + flag[2:].replace("_", "-")
+    if flag == "--config":
+        return "--config"
+    if flag in managed:
+        return flag
+    return next((m for m in managed if len(flag) > 2 and m.startswith(flag)), None)
+
+
 def _check_extra_args(r: Reader, key: str, managed: tuple, owner: str) -> tuple:
     args = r.string_list(key)
     for arg in args:
-        flag = arg.split("=", 1)[0]
-        if flag in managed:
+        flag = managed_flag(arg, managed)
+        if flag == "--config":
             r.problems.append(
-                f"{r.name(key)} sets {flag}, which kvtier renders from the spec; set the matching {owner} field instead"
+                f"{r.name(key)} gives --config: a configuration file can set any flag kvtier renders from the spec; "
+                f"give the flags themselves"
+            )
+        elif flag is not None:
+            shown = arg.split("=", 1)[0]
+            said = flag if shown == flag else f"{flag} (as {shown})"
+            r.problems.append(
+                f"{r.name(key)} sets {said}, which kvtier renders from the spec; set the matching {owner} field instead"
             )
     return args
 

@@ -328,6 +328,26 @@ def test_node_address_must_be_an_ip():
             "lmcache/ports/p2p field instead",
         ),
         (
+            lambda d: d["lmcache"].update(extra_server_args=["--http-ho", "0.0.0.0"]),
+            "lmcache.extra_server_args sets --http-host (as --http-ho), which kvtier renders from the spec; set the "
+            "matching lmcache/ports/p2p field instead",
+        ),
+        (
+            lambda d: d["vllm"].update(extra_args=["--kv_transfer_config", "{}"]),
+            "vllm.extra_args sets --kv-transfer-config (as --kv_transfer_config), which kvtier renders from the spec; "
+            "set the matching model/vllm/lmcache field instead",
+        ),
+        (
+            lambda d: d["vllm"].update(extra_args=["--kv-transfer-config.kv_role=kv_consumer"]),
+            "vllm.extra_args sets --kv-transfer-config (as --kv-transfer-config.kv_role), which kvtier renders from "
+            "the spec; set the matching model/vllm/lmcache field instead",
+        ),
+        (
+            lambda d: d["vllm"].update(extra_args=["--config", "/etc/vllm.yaml"]),
+            "vllm.extra_args gives --config: a configuration file can set any flag kvtier renders from the spec; "
+            "give the flags themselves",
+        ),
+        (
             lambda d: d.pop("nodes"),
             "nodes must map each serving host's name to its settings (at least data_address); with Ansible they come "
             "from the hosts of the Spark group",
