@@ -32,3 +32,18 @@ def same_secret(reference: tuple, others: Iterable[tuple]) -> list:
         for host, name, value in others
         if value not in (None, "") and str(value) != str(ref_value)
     ]
+
+
+def distinct_secrets(values: Iterable[tuple], first: str, second: str) -> list:
+    """On each host, the variables `first` and `second` must not hold the same password: the L2 admin account
+    (ACL changes, FLUSHALL) must not be reachable with the password every serving node holds."""
+    by_host: dict = {}
+    for host, name, value in values:
+        if name in (first, second) and value not in (None, ""):
+            by_host.setdefault(host, {})[name] = str(value)
+    return [
+        f"host {host}: {first} and {second} are the same password: whoever holds LMCache's (every Spark does) "
+        f"could administer L2; give {second} a password of its own"
+        for host, found in sorted(by_host.items())
+        if len(found) == 2 and found[first] == found[second]
+    ]

@@ -404,3 +404,13 @@ def test_spark_free_memory_counts_what_kvtiers_services_hold():
         "ansible_facts.memory_mb.nocache.free, + 2.0 GiB held by kvtier's own services): 10.0 GiB short. Stop what "
         "else uses the memory, or lower lmcache.l0_dram_gib or vllm.gpu_kv_cache_gib"
     ]
+
+
+def test_the_l2_admin_password_is_not_lmcaches():
+    same = [("st", "kv_store_lmcache_password", "x" * 20), ("st", "kv_store_admin_password", "x" * 20)]
+    assert credentials.distinct_secrets(same, "kv_store_lmcache_password", "kv_store_admin_password") == [
+        "host st: kv_store_lmcache_password and kv_store_admin_password are the same password: whoever holds "
+        "LMCache's (every Spark does) could administer L2; give kv_store_admin_password a password of its own"
+    ]
+    apart = [same[0], ("st", "kv_store_admin_password", "y" * 20)]
+    assert credentials.distinct_secrets(apart, "kv_store_lmcache_password", "kv_store_admin_password") == []

@@ -184,6 +184,9 @@ def kvtier_preflight_credentials(hostvars, groups_, settings):
     server = next((v for v in values if v[1] == settings["l2_server_var"]), None)
     if server is not None:
         problems += credentials.same_secret(server, clients)
+    admin = settings.get("l2_admin_var")
+    if admin:
+        problems += credentials.distinct_secrets(values, settings["l2_server_var"], admin)
     return problems
 
 
