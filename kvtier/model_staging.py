@@ -13,7 +13,8 @@ controller `pip install huggingface_hub`). Tests use a local directory; the Hub 
     python model_staging.py --hub Qwen/Qwen3-8B --revision <40-hex commit> /opt/kvtier/models/qwen3-8b
     python model_staging.py --from /srv/models/qwen3-8b /opt/kvtier/models/qwen3-8b
 
-The token comes from the environment variable named by ``--token-env`` (HF_TOKEN by default), never argv.
+The token comes from standard input (``--token-stdin``: what the role uses, so it is in no process's command line or
+environment) or from the environment variable named by ``--token-env`` (HF_TOKEN by default), never argv.
 """
 
 from __future__ import annotations
@@ -237,9 +238,15 @@ def _report(source, dest, digests, started, changed) -> dict:
     }
 
 
-def _source(args):
+def _token(args, stdin=None) -> str | None:
+    if args.token_stdin:
+        return (stdin or sys.stdin).readline().strip() or None
+    return os.environ.get(args.token_env) or None
+
+
+def _source(args, stdin=None):
     if args.hub:
-        return HubSource(args.hub, args.revision, os.environ.get(args.token_env) or None)
+        return HubSource(args.hub, args.revision, _token(args, stdin))
     return LocalSource(args.source)
 
 
@@ -250,6 +257,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--revision", help="with --hub: the commit to stage (40 hex digits)")
     parser.add_argument(
         "--token-env", default="HF_TOKEN", help="environment variable holding the Hub token (default HF_TOKEN)"
+    )
+    parser.add_argument(
+        "--token-stdin", action="store_true", help="read the Hub token from the first line of standard input instead"
     )
     parser.add_argument("dest", help="the staged model directory (SHA256SUMS is written into it)")
 

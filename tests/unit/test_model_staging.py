@@ -170,3 +170,16 @@ def test_the_stager_runs_as_a_plain_script_on_a_node(tmp_path):
     )
     assert run.returncode == 0, run.stderr
     assert json.loads(run.stdout)["changed"] is True
+
+
+def test_the_hub_token_comes_from_standard_input_when_asked(monkeypatch):
+    import argparse
+    import io
+
+    parser = argparse.ArgumentParser()
+    model_staging.add_arguments(parser)
+    monkeypatch.setenv("HF_TOKEN", "from-the-environment")
+    args = parser.parse_args(["--hub", "Qwen/Qwen3-8B", "--revision", COMMIT, "--token-stdin", "/tmp/q"])
+    assert model_staging._source(args, io.StringIO("hf_from_stdin\n")).token == "hf_from_stdin"
+    args = parser.parse_args(["--hub", "Qwen/Qwen3-8B", "--revision", COMMIT, "/tmp/q"])
+    assert model_staging._source(args).token == "from-the-environment"
