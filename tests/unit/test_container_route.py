@@ -177,10 +177,18 @@ def test_any_other_process_is_itself():
 
 
 def test_a_wheelhouse_adds_only_what_the_image_has_no_distribution_of():
-    lock = image_add.parse_pins(["torch==2.14.0", "LMCache==0.5.6", "nixl_cu12==1.5.1  # P2P", "", "vllm==0.33.0"])
+    lock = image_add.parse_pins(
+        [
+            "torch==2.14.0 --hash=sha256:aa",
+            "LMCache==0.5.6 --hash=sha256:bb",
+            "nixl_cu12==1.5.1  # P2P",
+            "",
+            "vllm==0.33.0",
+        ]
+    )
     present = {"torch": "2.9.0a0+nv25.11", "vllm": "0.33.0+nv25.11"}
-    # The image's own torch build is kept, even at another version: the lock never shadows it.
-    assert image_add.from_wheelhouse(lock, present) == ["lmcache==0.5.6", "nixl-cu12==1.5.1"]
+    # The image's own torch build is kept, even at another version: the lock never shadows it; hashes go along.
+    assert image_add.from_wheelhouse(lock, present) == ["LMCache==0.5.6 --hash=sha256:bb", "nixl_cu12==1.5.1"]
     assert image_add.constraints(present) == ["torch==2.9.0a0+nv25.11", "vllm==0.33.0+nv25.11"]
     assert image_add.base_version("0.33.0+nv25.11") == "0.33.0"
     with pytest.raises(ValueError, match="is not name==version"):

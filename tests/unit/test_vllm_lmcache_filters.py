@@ -168,3 +168,18 @@ def test_the_l3_directory_on_the_export_belongs_to_its_squashed_identity():
     assert filters.vllm_lmcache_l3_owner(hostvars, ["st"], "true", "kvtier") == {"uid": 3100, "gid": 3200}
     # A local L3 directory (no RDMA fabric: the lab's shared volume) belongs to the service user.
     assert filters.vllm_lmcache_l3_owner(hostvars, ["st"], False, "kvtier") == {"uid": "kvtier", "gid": "kvtier"}
+
+
+def test_the_wheelhouse_installs_with_its_recorded_hashes():
+    manifest = {
+        "wheels": {
+            "torch-2.13.0+cpu-cp311-cp311-manylinux_2_28_x86_64.whl": {"bytes": 1, "sha256": "aa"},
+            "nixl_cu12-1.5.1-cp311-cp311-manylinux_2_28_x86_64.whl": {"bytes": 2, "sha256": "bb"},
+        }
+    }
+    lock = filters.vllm_lmcache_lock("torch==2.13.0+cpu\nnixl-cu12==1.5.1\n")
+    assert filters.vllm_lmcache_hashed_lock(lock, manifest) == (
+        "nixl-cu12==1.5.1 --hash=sha256:bb\ntorch==2.13.0+cpu --hash=sha256:aa\n"
+    )
+    with pytest.raises(AnsibleFilterError, match=r"records no wheel of numpy==2.2.6"):
+        filters.vllm_lmcache_hashed_lock({**lock, "numpy": "2.2.6"}, manifest)

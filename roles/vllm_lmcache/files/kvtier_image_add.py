@@ -42,23 +42,25 @@ def installed() -> dict:
 
 
 def parse_pins(lines) -> dict:
-    """{normalized name: version} from name==version lines (comments and blanks skipped). The role's filter reads
-    locks the same way on the controller; this script runs inside the image, on its Python's standard library."""
+    """{normalized name: the whole requirement line} from `name==version [--hash=...]` lines (comments and blanks
+    skipped). The role's filter writes them on the controller; this script runs inside the image, on its Python's
+    standard library."""
     pins = {}
     for line in lines:
         line = line.split("#", 1)[0].strip()
         if not line:
             continue
-        name, sep, version = line.partition("==")
+        name, sep, _ = line.partition("==")
         if not sep:
             raise ValueError(f"{line!r} is not name==version")
-        pins[normalize(name)] = version.strip()
+        pins[normalize(name)] = line
     return pins
 
 
 def from_wheelhouse(lock: dict, present: dict) -> list:
-    """The lock's packages the image has no distribution of (by name: the image's own builds are kept)."""
-    return [f"{name}=={version}" for name, version in sorted(lock.items()) if name not in present]
+    """The lock's requirement lines (with their hashes) of the packages the image has no distribution of (by name:
+    the image's own builds are kept)."""
+    return [line for name, line in sorted(lock.items()) if name not in present]
 
 
 def constraints(present: dict) -> list:
@@ -106,9 +108,21 @@ def main(path: str) -> int:
     if s["source"] == "wheelhouse":
         with open(s["lock"]) as fh:
             wanted = from_wheelhouse(parse_pins(fh), present)
-        print(f"kvtier: adding {len(wanted)} packages from the wheelhouse: {' '.join(wanted)}")
+        print(f"kvtier: adding {len(wanted)} packages from the wheelhouse: {' '.join(w.split()[0] for w in wanted)}")
         if wanted:
-            pip("install", "--no-index", "--no-deps", "--find-links", s["wheels"], *wanted)
+            requirements = os.path.join(os.path.dirname(os.path.abspath(path)), "wanted.txt")
+            with open(requirements, "w") as fh:
+                fh.write("\n".join(wanted) + "\n")
+            pip(
+                "install",
+                "--no-index",
+                "--no-deps",
+                "--require-hashes",
+                "--find-links",
+                s["wheels"],
+                "-r",
+                requirements,
+            )
     else:
         pinned = os.path.join(work, "image-constraints.txt")
         with open(pinned, "w") as fh:

@@ -240,6 +240,23 @@ def vllm_lmcache_lock(text):
     return result
 
 
+def vllm_lmcache_hashed_lock(lock, manifest):
+    """pip requirements with the wheelhouse's recorded hashes (`pip install --require-hashes` refuses any other file):
+    one `name==version --hash=sha256:...` line for each locked package, from its wheels in the manifest."""
+    hashes = {}
+    for filename, entry in ((plain(manifest) or {}).get("wheels") or {}).items():
+        parts = str(filename)[: -len(".whl")].split("-")
+        if len(parts) >= 5 and str(filename).endswith(".whl"):
+            hashes.setdefault((_normalize(parts[0]), parts[1]), []).append(str(entry["sha256"]))
+    lines = []
+    for name, version in sorted((plain(lock) or {}).items()):
+        found = sorted(hashes.get((_normalize(name), version), []))
+        if not found:
+            raise AnsibleFilterError(f"the wheelhouse records no wheel of {name}=={version}: build it again")
+        lines.append(f"{name}=={version} " + " ".join(f"--hash=sha256:{digest}" for digest in found))
+    return "\n".join(lines) + "\n"
+
+
 def vllm_lmcache_installed(pip_list_json):
     """{normalized name: version} from `pip list --format json` output."""
     return {_normalize(p["name"]): p["version"] for p in pip_list_json}
@@ -271,6 +288,7 @@ class FilterModule:
             "kvtier_spec": kvtier_spec,
             "vllm_lmcache_facts": vllm_lmcache_facts,
             "vllm_lmcache_p2p_peers": vllm_lmcache_p2p_peers,
+            "vllm_lmcache_hashed_lock": vllm_lmcache_hashed_lock,
             "vllm_lmcache_services": vllm_lmcache_services,
             "vllm_lmcache_password_problems": vllm_lmcache_password_problems,
             "vllm_lmcache_l3_owner": vllm_lmcache_l3_owner,
