@@ -337,7 +337,8 @@ class Proof:
         for host in hosts:
             self.wait_ready(host)
         hits = []
-        local = [t for t in ("l0", "l2", "l3") if t in tiers]
+        # In the order they are proven: DRAM, then the lower tiers as LMCache looks them up.
+        local = [t for t in ("l0", *(tier for tier, _ in self.t.lower_tiers)) if t in tiers]
         for host in hosts:
             if local:
                 self.out(f"  {host}: {', then '.join(TIER_NAMES[t] for t in local)} ...")
