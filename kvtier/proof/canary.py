@@ -180,7 +180,22 @@ class Canary:
                     host, [tier], f"its entries in {', '.join(first)} could not be removed: {exc}"
                 )
                 continue
-            results.append(self._load(tier, host, prompt, salt, cold, adapter))
+            served = self.serve(host, prompt, salt)
+            hit = self._hit(tier, host, served["reply"], cold, served["loads"].get(adapter, 0), adapter)
+            # Every tier looked up after this one holds the canary too: a DRAM miss must load from the first alone.
+            later = {a: served["loads"].get(a, 0) for _, a in order[index + 1 :] if served["loads"].get(a, 0)}
+            if hit["status"] == h.OK and later:
+                hit = h.check(
+                    host,
+                    HEALTH_TIER[tier],
+                    h.ERR,
+                    CODES[tier] + "_NOT_FIRST",
+                    f"a canary that the {adapter} adapter holds was also loaded from "
+                    f"{', '.join(f'{a} ({n} loads)' for a, n in later.items())}, looked up after it",
+                    "LMCache loads from the first adapter that holds a chunk unless its prefetch policy says "
+                    "otherwise: re-run spark.yml (it renders the order and the policy)",
+                )
+            results.append(hit)
         return results
 
     def peer(self, source_host: str, target: str) -> dict:

@@ -43,6 +43,7 @@ class StandInSpark:
         self.name, self.cluster = name, cluster
         self.l2_broken, self.p2p_broken = l2_broken, p2p_broken
         self.wrong_from = None  # an adapter whose loads make the answer differ (KV that is not what it computes)
+        self.loads_every_tier = False  # counts a load on every lower tier that holds the prompt, not the first only
         self.dram = set()
         self.counters = {"l1_hit": 0, "loads": {"resp": 0, "fs": 0, "p2p": 0}, "stores": {"resp": 0, "fs": 0}}
         # Bytes each adapter holds as this server counts them: what it stored, less what was removed through it.
@@ -80,6 +81,10 @@ class StandInSpark:
                         self.counters["l1_hit"] += cached
                     else:
                         self.counters["loads"][tier] += 1
+                        if self.loads_every_tier:
+                            for other, has_other in tiers:
+                                if other not in ("dram", "p2p", tier) and has_other(keys[0]):
+                                    self.counters["loads"][other] += 1
                     served_by = tier
                     break
             self.dram.update(keys)
@@ -239,6 +244,16 @@ def test_a_tier_that_answers_differently_from_the_cold_computation_is_an_error(c
     assert "token 1 is 'x' where the cold computation gave 'a'" in wrong["reason"]
     assert by_tier(results, "spark01")["l2"]["code"] == "CANARY_L2_OK"
     assert by_tier(results, "spark02")["l3"]["code"] == "CANARY_L3_OK"
+
+
+def test_a_tier_looked_up_later_that_loads_too_is_an_error(cluster):
+    cluster.sparks["spark02"].loads_every_tier = True
+    results = canary.Canary(cluster.target, out=lambda _: None).run()
+    first = by_tier(results, "spark02")["l3"]
+    assert (first["status"], first["code"]) == (h.ERR, "CANARY_L3_NOT_FIRST")
+    assert "also loaded from resp (1 loads), looked up after it" in first["reason"]
+    assert by_tier(results, "spark02")["l2"]["code"] == "CANARY_L2_OK"  # the last tier has none after it
+    assert by_tier(results, "spark01")["l3"]["code"] == "CANARY_L3_OK"
 
 
 def test_a_peer_that_serves_nothing_is_a_p2p_miss_on_the_spark_that_asked(cluster):
