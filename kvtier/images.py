@@ -49,13 +49,15 @@ RECIPES = {
     # unprivileged login user with sudo (kvtier/lab/sparks.py creates it).
     # fio: the storage bench installs it on a real Spark; in the lab that download and unpack cost ~70 s of every
     # run, and the bench's install task still runs (and finds it).
+    # nftables: the firewall role installs it on a real host; here the download would cost every lab run.
     # podman: the lab runs one Spark on the container route (kvtier/lab/standin.py), with its own podman inside. crun,
     # not runc: nested in a container on the cgroup v1 host, runc cannot mount the new container's cgroup (it looks
     # for the container's cgroup path from the host's root); crun with --cgroupns=host can.
     "spark": ImageRecipe(
         "localhost/kvtier-spark:12",
         "bookworm",
-        BASE_PACKAGES + ("openssh-server", "sudo", "fio", "podman", "crun", "uidmap", "fuse-overlayfs", "slirp4netns"),
+        BASE_PACKAGES
+        + ("openssh-server", "sudo", "nftables", "fio", "podman", "crun", "uidmap", "fuse-overlayfs", "slirp4netns"),
     ),
 }
 

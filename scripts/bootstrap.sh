@@ -17,6 +17,7 @@ apt_packages=(
   redis-server                                    # unit tests start their own instance on a free port
   haproxy                                         # unit tests run the router role's configuration
   shellcheck                                      # make lint checks the shell scripts
+  nftables                                        # unit tests check the firewall role's rendered table (nft -c)
 )
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }

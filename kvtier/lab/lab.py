@@ -22,6 +22,7 @@ import secrets
 import subprocess
 import threading
 import time
+import urllib.parse
 
 import yaml
 
@@ -31,7 +32,7 @@ from kvtier.bench import ttft as bench_ttft
 from kvtier.health import checks as health_checks
 from kvtier.health import report as health_report
 from kvtier.inventory import Inventory, InventoryError
-from kvtier.lab import day2, fabric, load_faults, sparks, standin
+from kvtier.lab import attacker, day2, fabric, load_faults, sparks, standin
 from kvtier.lab.runner import run_playbook
 from kvtier.lab.stages import StageFailed, Stages
 from kvtier.probes import cpu as cpu_probe
@@ -471,6 +472,18 @@ def _canaries(out) -> str:
     if errors:
         raise StageFailed("health after the canaries: " + ", ".join(errors))
     return f"{len(found)} canaries OK in {seconds:.1f} s, none left in L2 or L3, health clean after them"
+
+
+def _attacks(out) -> str:
+    """Behind every node's firewall: a host on the data network outside the inventory, and a local user on a Spark,
+    are refused at each of kvtier's ports, which admit the sources that need them (kvtier.lab.attacker)."""
+    stats_port = urllib.parse.urlsplit(day2.router_urls(STORAGE_DATA_ADDRESS)[1]).port
+    service_user = yaml.safe_load((REPO / "roles" / "vllm_lmcache" / "defaults" / "main.yml").read_text())[
+        "vllm_lmcache_user"
+    ]
+    return attacker.run(
+        out, proof_target(), host.VM(STORAGE), STORAGE_DATA_ADDRESS, stats_port, image.LOGIN_USER, service_user
+    )
 
 
 def _storage_reboot(out) -> str:
@@ -959,6 +972,7 @@ def test(out=print, keep: bool = False) -> int:
         # anything); the NVMe pool keeping the cache through restarts is the persistence check's replay at the end.
         stages.run("health (every check of every node)", _health, out)
         stages.run("health canaries: every tier of every Spark, nothing left", _canaries, out)
+        stages.run("attacker: only the cluster reaches the cluster's ports (firewall)", _attacks, out)
         stages.run(f"idle Sparks ({IDLE_SECONDS:.0f} s)", _idle, out)
         stages.run("no peer-lookup timeouts since the spec change", _lookup_timeouts, out, marks.get("began", began))
         stages.run("warmup twice, TTFT and storage bench (small)", _warmup_and_bench, out)

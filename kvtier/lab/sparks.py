@@ -81,7 +81,9 @@ def start(host: str, address: str, public_key: str, nested: bool = False) -> boo
         f"{VOLUME}:{L3_MOUNT}:rw",
         "--volume",
         f"{public_key}:/root/.ssh/authorized_keys:ro",
+        # The firewall role loads an nftables table in the Spark's own network namespace.
         *(["--privileged", "--volume", f"{containers_volume(host)}:/var/lib/containers:rw"] if nested else []),
+        *([] if nested else ["--cap-add", "NET_ADMIN"]),
         IMAGE,
         "/sbin/init",
     )

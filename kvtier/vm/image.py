@@ -34,6 +34,7 @@ PACKAGES = (
     "dbus",
     "openssh-server",
     "sudo",  # the lab's login user becomes root as on a real cluster (LOGIN_USER)
+    "nftables",  # the firewall role's (it installs it on a real host)
     "python3",
     "python3-apt",  # Ansible's apt module needs it in check mode (it cannot install it then)
     "mdadm",

@@ -1,0 +1,78 @@
+"""Jinja2 filter for the firewall role: the host's rules from the cluster spec (kvtier.cluster.firewall).
+
+    "{{ hostvars | kvtier_firewall_rules(groups, inventory_hostname, settings) }}"
+
+settings: admin (list), clients (list), service_uid (int or none), router_port, router_stats_port, l2_port.
+Returns {input: [...], output: [...]}, each rule {what, proto, port, v4, v6, owners}.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import sys
+
+from ansible.errors import AnsibleFilterError
+
+try:
+    from kvtier import cluster as _cluster  # noqa: F401  (the package must import)
+except ImportError:  # running from a checkout without `pip install -e .`
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
+from kvtier import cluster
+from kvtier.cluster import derive, firewall
+from kvtier.cluster.inventory import CLUSTER_VAR, plain
+
+
+def _rule(rule: firewall.Rule) -> dict:
+    return {
+        "what": rule.what,
+        "proto": rule.proto,
+        "port": rule.port,
+        "v4": list(rule.family(4)),
+        "v6": list(rule.family(6)),
+        "owners": list(rule.owners),
+    }
+
+
+def kvtier_firewall_rules(hostvars, groups, host, settings):
+    settings, groups, host = plain(settings), plain(groups), str(host)
+    spark = [str(h) for h in groups.get("spark") or []]
+    storage = [str(h) for h in groups.get("storage") or []]
+    if not spark:
+        raise AnsibleFilterError("the firewall needs the Sparks (group spark): their data addresses are the cluster")
+    storage_vars = None
+    if len(storage) == 1:
+        variables = hostvars[storage[0]]
+        storage_vars = {name: plain(variables[name]) for name in derive.STORAGE_VARS if name in variables}
+    try:
+        cluster_var = plain(hostvars[spark[0]][CLUSTER_VAR])
+        spec = cluster.load_spec(cluster.cluster_from_hostvars(cluster_var, hostvars, spark, CLUSTER_VAR, storage_vars))
+    except (cluster.SpecError, KeyError, ValueError) as exc:
+        raise AnsibleFilterError(f"the firewall cannot read the cluster spec: {exc}") from None
+    store = None
+    if len(storage) == 1:
+        address = plain(hostvars[storage[0]].get("kvtier_data_address"))
+        store = firewall.Storage(storage[0], str(address), int(settings["l2_port"])) if address else None
+    router = None
+    routers = groups.get("kvtier_router") or []
+    if routers:
+        address = plain(hostvars[str(routers[0])].get("kvtier_data_address"))
+        if not address:
+            raise AnsibleFilterError(f"the router host {routers[0]} has no kvtier_data_address to admit it by")
+        router = firewall.Router(str(routers[0]), str(address), int(settings["router_port"]),
+                                 int(settings["router_stats_port"]))
+    uid = settings.get("service_uid")
+    found = firewall.rules(
+        spec,
+        host,
+        store,
+        router,
+        admin=tuple(str(a) for a in settings.get("admin") or []),
+        clients=tuple(str(c) for c in settings.get("clients") or []),
+        service_uid=int(uid) if uid not in (None, "") else None,
+    )
+    return {"input": [_rule(r) for r in found.input], "output": [_rule(r) for r in found.output]}
+
+
+class FilterModule:
+    def filters(self):
+        return {"kvtier_firewall_rules": kvtier_firewall_rules}

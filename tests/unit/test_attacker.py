@@ -1,0 +1,38 @@
+"""The lab's attacker stage: what it tries, from where, and what counts as refused (kvtier/lab/attacker.py)."""
+
+import json
+import socket
+import subprocess
+import sys
+
+from kvtier.cluster import load_spec
+from kvtier.lab import attacker
+from kvtier.proof.target import Target
+from tests.unit._cluster_data import spec_dict
+
+
+def test_every_port_is_tried_with_a_source_that_may_reach_it():
+    t = Target(spec=load_spec(spec_dict()), nodes={})
+    rows = attacker.rows(t, "10.10.0.10", 8404, "kvtier")
+    tried = {(r.address, r.port): (r.allowed, r.local_user) for r in rows}
+    assert tried[("10.10.0.21", 5555)] in {("spark02", ""), ("spark01", "kvtier")}
+    assert tried[("10.10.0.21", 9300)] == ("spark02", "")
+    assert tried[("10.10.0.22", 8000)] == ("storage", "")
+    assert tried[("10.10.0.10", 6379)] in {("spark01", ""), ("spark01", "kvtier")}
+    assert tried[("10.10.0.10", 2049)] == ("spark01", "")
+    assert tried[("10.10.0.10", 8404)] == ("host", "")
+    assert sum(1 for r in rows if r.local_user) == 2
+
+
+def test_the_probe_tells_refused_from_open():
+    listening = socket.socket()
+    listening.bind(("127.0.0.1", 0))
+    listening.listen()
+    closed = socket.socket()
+    closed.bind(("127.0.0.1", 0))
+    closed_port = closed.getsockname()[1]
+    closed.close()
+    targets = [("127.0.0.1", listening.getsockname()[1]), ("127.0.0.1", closed_port)]
+    proc = subprocess.run([sys.executable, "-c", attacker.PROBE, json.dumps(targets)], capture_output=True, text=True)
+    listening.close()
+    assert json.loads(proc.stdout) == ["open", "refused"]
