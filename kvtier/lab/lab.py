@@ -95,7 +95,7 @@ SPEC_CHANGE_TASKS = frozenset(
         "Write the LMCache server unit",
         "Record the LMCache restart for the rolling play",
         "Drain it at the router and wait until the router's requests to it are answered",
-        "Take it out of the P2P group, then freeze it",
+        "Take it out of the P2P group, then stop it",
         SPEC_CHANGE_RESTART,
         "Put it back at the router once its health checks pass",
         "Note that the restart is done",

@@ -65,7 +65,7 @@ def test_no_peer_lists_the_server_when_it_is_frozen(monkeypatch, heartbeat_phase
     monkeypatch.setattr(leave_module, "registered", lambda base, instance: cluster.registered)
     monkeypatch.setattr(leave_module, "deregister", lambda base, instance: setattr(cluster, "registered", False))
     said = leave_module.leave("http://c", "spark02", cluster.freeze, 1.0, clock=cluster.clock, sleep=cluster.sleep)
-    assert cluster.frozen_at is not None and "frozen" in said
+    assert cluster.frozen_at is not None and said.endswith("then stopped")
     assert not any(cluster.peers.values()), (cluster.frozen_at, cluster.peers)
     cluster.advance(cluster.now + 10)  # frozen: it never registers again, and no peer adds it back
     assert not cluster.registered and not any(cluster.peers.values())
@@ -80,3 +80,24 @@ def test_an_unreachable_coordinator_still_freezes_the_server(monkeypatch):
     monkeypatch.setattr(leave_module, "deregister", refused)
     said = leave_module.leave("http://c", "spark02", lambda: frozen.append(True), 1.0, sleep=lambda s: None)
     assert frozen == [True] and said.startswith("the coordinator at http://c did not answer")
+
+
+METRICS = """# HELP lmcache_mp_l2_store_submitted_requests_total x
+lmcache_mp_l2_store_submitted_requests_total 12.0
+lmcache_mp_l2_store_completed_requests_total{l2_name="fs"} 5.0
+lmcache_mp_l2_store_completed_requests_total{l2_name="resp"} %s
+"""
+
+
+def test_the_server_leaves_once_its_stores_are_done():
+    reads = iter([METRICS % 5.0, METRICS % 7.0, METRICS % 7.0])
+    clock = iter(range(100))
+    said = leave_module.settle("http://m", clock=lambda: next(clock), sleep=lambda s: None, read=lambda: next(reads))
+    assert said == "its stores done"
+    assert leave_module.stores_in_flight(METRICS % 5.0) == 2
+
+
+def test_stores_that_never_finish_do_not_hold_the_restart_for_ever():
+    clock = iter(range(0, 1000, 10))
+    said = leave_module.settle("http://m", clock=lambda: next(clock), sleep=lambda s: None, read=lambda: METRICS % 1.0)
+    assert said == "6 store task(s) still in flight after 60 s"

@@ -58,8 +58,9 @@ def kvtier_firewall_rules(hostvars, groups, host, settings):
         address = plain(hostvars[str(routers[0])].get("kvtier_data_address"))
         if not address:
             raise AnsibleFilterError(f"the router host {routers[0]} has no kvtier_data_address to admit it by")
-        router = firewall.Router(str(routers[0]), str(address), int(settings["router_port"]),
-                                 int(settings["router_stats_port"]))
+        router = firewall.Router(
+            str(routers[0]), str(address), int(settings["router_port"]), int(settings["router_stats_port"])
+        )
     uid = settings.get("service_uid")
     found = firewall.rules(
         spec,

@@ -1,20 +1,23 @@
-"""Take a node's LMCache server out of the P2P group before it stops (installed by kvtier's vllm_lmcache role).
+"""Take a node's LMCache server out of the P2P group, then stop it (installed by kvtier's vllm_lmcache role).
 
 A peer learns that a server left only from the coordinator, which it polls once per heartbeat interval; a lookup it
 sends meanwhile to a server that no longer answers waits for LMCache's lookup timeout. Deregistering alone does not
-last: the server's next heartbeat gets a 404 and it registers again one interval later. So:
-1. deregister it, and watch the coordinator closely until its registration comes back (at most two intervals);
-2. deregister that one at once: the server cannot register again for the next two intervals (one heartbeat to get
+last: the server's next heartbeat gets a 404 and it registers again one interval later; and a server stopped
+gracefully keeps heartbeating while it shuts down, so it can register again after its peers dropped it. So:
+1. wait until the server's stores are done (every store task it submitted completed), so nothing is lost below;
+2. deregister it, and watch the coordinator closely until its registration comes back (at most two intervals);
+3. deregister that one at once: the server cannot register again for the next two intervals (one heartbeat to get
    the 404, one to register), while it still answers every lookup;
-3. after a little more than one interval every peer has polled and dropped it; freeze it then (SIGSTOP to its unit:
-   no heartbeat can bring it back; the stop that follows wakes it, systemd sends SIGCONT with SIGTERM), and
-   deregister once more.
-An unreachable coordinator is no reason to keep serving: the server is frozen all the same, and that is said.
+4. after a little more than one interval every peer has polled and dropped it: kill it then (SIGKILL to its unit,
+   no shutdown during which it could register again; then the unit is stopped, so systemd does not restart it), and
+   deregister once more. The restart that follows starts it fresh; it registers when it starts.
+An unreachable coordinator is no reason to keep serving: the server is stopped all the same, and that is said.
 
-Usage: kvtier_p2p_leave.py COORDINATOR_URL INSTANCE_ID UNIT HEARTBEAT_SECONDS. Standard library only.
+Usage: kvtier_p2p_leave.py COORDINATOR_URL INSTANCE_ID UNIT HEARTBEAT_SECONDS METRICS_URL. Standard library only.
 """
 
 import json
+import re
 import subprocess
 import sys
 import time
@@ -22,6 +25,9 @@ import urllib.error
 import urllib.request
 
 WATCH_S = 0.05
+SETTLE_S = 60.0
+_SUBMITTED = re.compile(r"^lmcache_mp_l2_store_submitted_requests(?:_total)?(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.M)
+_COMPLETED = re.compile(r"^lmcache_mp_l2_store_completed_requests(?:_total)?(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.M)
 
 
 def _request(method: str, url: str):
@@ -40,8 +46,32 @@ def deregister(base: str, instance: str) -> None:
     _request("DELETE", f"{base}/instances/{instance}")
 
 
-def leave(base: str, instance: str, freeze, interval: float, clock=time.monotonic, sleep=time.sleep) -> str:
-    """Steps 1-3 above; `freeze()` stops the server's process. Returns what happened, for the task's output."""
+def stores_in_flight(metrics: str) -> int:
+    """Store tasks LMCache submitted that no adapter has completed yet, from its Prometheus text."""
+    submitted = sum(float(v) for v in _SUBMITTED.findall(metrics))
+    return int(submitted - sum(float(v) for v in _COMPLETED.findall(metrics)))
+
+
+def settle(metrics_url: str, clock=time.monotonic, sleep=time.sleep, read=None) -> str:
+    """Wait (at most SETTLE_S) until no store task is in flight and the counts stood still for a second."""
+    read = read or (lambda: _request("GET", metrics_url).decode("utf-8", "replace"))
+    deadline, previous = clock() + SETTLE_S, None
+    while True:
+        try:
+            text = read()
+        except (OSError, urllib.error.URLError) as exc:
+            return f"its stores could not be read ({exc})"
+        now = (stores_in_flight(text), _SUBMITTED.findall(text))
+        if now[0] <= 0 and now == previous:
+            return "its stores done"
+        if clock() > deadline:
+            return f"{now[0]} store task(s) still in flight after {SETTLE_S:.0f} s"
+        previous = now
+        sleep(1.0)
+
+
+def leave(base: str, instance: str, stop, interval: float, clock=time.monotonic, sleep=time.sleep) -> str:
+    """Steps 2-4 above; `stop()` kills the server's process. Returns what happened, for the task's output."""
     try:
         deregister(base, instance)
         deadline, back = clock() + 2.5 * interval, None
@@ -54,21 +84,24 @@ def leave(base: str, instance: str, freeze, interval: float, clock=time.monotoni
         # Absent now until two intervals after its registration came back (or it is not heartbeating at all).
         sleep(max(0.0, (back if back is not None else clock()) + 1.2 * interval - clock()))
     except (OSError, urllib.error.URLError, ValueError) as exc:
-        freeze()
-        return f"the coordinator at {base} did not answer ({exc}); {instance} frozen"
-    freeze()
+        stop()
+        return f"the coordinator at {base} did not answer ({exc}); {instance} stopped"
+    stop()
     deregister(base, instance)
     seen = "its registration came back once and was removed" if back is not None else "it did not register again"
-    return f"{instance} deregistered ({seen}), every peer polled since, then frozen"
+    return f"{instance} deregistered ({seen}), every peer polled since, then stopped"
 
 
 def main(argv) -> int:
-    base, instance, unit, interval = argv[1].rstrip("/"), argv[2], argv[3], float(argv[4])
+    base, instance, unit, interval, metrics = argv[1].rstrip("/"), argv[2], argv[3], float(argv[4]), argv[5]
 
-    def freeze():
-        subprocess.run(["systemctl", "kill", "--signal=SIGSTOP", unit], check=True)
+    def stop():
+        # Killed, then stopped: the stop cancels the restart systemd would schedule for a killed service.
+        subprocess.run(["systemctl", "kill", "--signal=SIGKILL", unit], check=True)
+        subprocess.run(["systemctl", "stop", unit], check=True)
 
-    print(leave(base, instance, freeze, interval))
+    settled = settle(metrics)
+    print(f"{settled}; {leave(base, instance, stop, interval)}")
     return 0
 
 
