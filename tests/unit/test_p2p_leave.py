@@ -1,8 +1,10 @@
-"""The P2P leave (roles/vllm_lmcache/files/kvtier_p2p_leave.py) against a simulated coordinator, server and peers:
-at the moment the server is frozen, no peer lists it, whatever the phases of its heartbeat and of their polls."""
+"""The P2P leave (roles/vllm_lmcache/files/kvtier_p2p_leave.py): the server's heartbeats are refused before it is
+deregistered, so no heartbeat can register it again while its peers drop it and while it shuts down."""
 
 import importlib.util
 import pathlib
+import shutil
+import subprocess
 
 import pytest
 
@@ -13,73 +15,62 @@ leave_module = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(leave_module)
 
 
-class Cluster:
-    """LMCache 0.5.6's registrar (keep_registered) and P2P controller (_poll_cycle), on a simulated clock: the server
-    heartbeats every `interval` (a 404 drops its id; it registers again at the next tick); each peer polls the
-    coordinator every `interval` and keeps the instances it saw."""
+class Coordinator:
+    """LMCache 0.5.6's registrar against its coordinator: a heartbeat that gets a 404 registers again, unless this
+    node's connections to the coordinator are refused."""
 
-    def __init__(self, interval, heartbeat_phase, peer_phases):
-        self.now, self.interval = 0.0, interval
-        self.registered, self.assigned, self.frozen_at = True, True, None
-        self.next_tick = heartbeat_phase
-        self.peers = {phase: True for phase in peer_phases}  # phase -> lists the server
-        self.next_poll = dict.fromkeys(peer_phases, 0.0)
-        for phase in peer_phases:
-            self.next_poll[phase] = phase
+    def __init__(self):
+        self.registered, self.blocked, self.calls = True, False, []
 
-    def advance(self, until):
-        while True:
-            events = [(self.next_tick, "tick", None)] + [(t, "poll", p) for p, t in self.next_poll.items()]
-            when, kind, peer = min(events, key=lambda e: e[0])
-            if when > until:
-                break
-            self.now = when
-            if kind == "tick":
-                self.next_tick += self.interval
-                if self.frozen_at is None:
-                    if not self.assigned:
-                        self.registered = self.assigned = True
-                    elif not self.registered:
-                        self.assigned = False  # the heartbeat's 404
-            else:
-                self.next_poll[peer] += self.interval
-                self.peers[peer] = self.registered
-        self.now = until
+    def request(self, method, url):
+        self.calls.append((method, url))
+        if method == "DELETE":
+            self.registered = False
+        return b""
 
-    def clock(self):
-        return self.now
+    def heartbeat(self):
+        if not self.blocked:
+            self.registered = True  # the 404, then a registration at the next tick
 
-    def sleep(self, seconds):
-        self.advance(self.now + seconds)
-
-    def freeze(self):
-        self.frozen_at = self.now
+    def nft(self, script):
+        self.calls.append(("nft", script))
+        self.blocked = True
 
 
-@pytest.mark.parametrize("heartbeat_phase", [0.0, 0.02, 0.3, 0.55, 0.97])
-@pytest.mark.parametrize("peer_phases", [(0.01, 0.5), (0.04, 0.06), (0.99, 0.33)])
-def test_no_peer_lists_the_server_when_it_is_frozen(monkeypatch, heartbeat_phase, peer_phases):
-    cluster = Cluster(1.0, heartbeat_phase, peer_phases)
-    cluster.advance(3.0)  # running for a while: registered, every peer lists it
-    assert all(cluster.peers.values())
-    monkeypatch.setattr(leave_module, "registered", lambda base, instance: cluster.registered)
-    monkeypatch.setattr(leave_module, "deregister", lambda base, instance: setattr(cluster, "registered", False))
-    said = leave_module.leave("http://c", "spark02", cluster.freeze, 1.0, clock=cluster.clock, sleep=cluster.sleep)
-    assert cluster.frozen_at is not None and said.endswith("then stopped")
-    assert not any(cluster.peers.values()), (cluster.frozen_at, cluster.peers)
-    cluster.advance(cluster.now + 10)  # frozen: it never registers again, and no peer adds it back
-    assert not cluster.registered and not any(cluster.peers.values())
+def test_the_heartbeats_are_refused_before_the_server_is_deregistered(monkeypatch):
+    coordinator = Coordinator()
+    monkeypatch.setattr(leave_module, "_request", coordinator.request)
+    monkeypatch.setattr(leave_module, "registered", lambda base, instance: coordinator.registered)
+    said = leave_module.leave("http://10.10.0.21:9300", "spark02", coordinator.nft)
+    assert said == "spark02 deregistered at http://10.10.0.21:9300, its heartbeats refused until it starts again"
+    assert [c[0] for c in coordinator.calls] == ["nft", "DELETE"]
+    for _ in range(5):  # heartbeats while its peers poll and while it shuts down
+        coordinator.heartbeat()
+    assert not coordinator.registered
 
 
-def test_an_unreachable_coordinator_still_freezes_the_server(monkeypatch):
-    frozen = []
+def test_a_registration_that_comes_back_is_an_error(monkeypatch):
+    monkeypatch.setattr(leave_module, "_request", lambda method, url: b"")
+    monkeypatch.setattr(leave_module, "registered", lambda base, instance: True)
+    with pytest.raises(
+        RuntimeError, match="registered at http://10.0.0.1:9300 again although its heartbeats are refused"
+    ):
+        leave_module.leave("http://10.0.0.1:9300", "spark02", lambda script: None)
 
-    def refused(*args):
-        raise OSError("connection refused")
 
-    monkeypatch.setattr(leave_module, "deregister", refused)
-    said = leave_module.leave("http://c", "spark02", lambda: frozen.append(True), 1.0, sleep=lambda s: None)
-    assert frozen == [True] and said.startswith("the coordinator at http://c did not answer")
+def test_the_block_refuses_every_user_but_root_the_coordinator_only():
+    rules = leave_module.block_rules("http://10.10.0.21:9300")
+    assert "ip daddr 10.10.0.21 tcp dport 9300 meta skuid != 0 reject with tcp reset" in rules
+    assert "ip6 daddr fd00::21 tcp dport 9300" in leave_module.block_rules("http://[fd00::21]:9300")
+    assert rules.startswith("table inet kvtier_leave\ndelete table inet kvtier_leave\n")
+
+
+@pytest.mark.skipif(shutil.which("nft") is None, reason="nftables is not installed (bootstrap installs it)")
+def test_nft_accepts_the_block(tmp_path):
+    path = tmp_path / "leave.nft"
+    path.write_text(leave_module.block_rules("http://10.10.0.21:9300"))
+    checked = subprocess.run(["nft", "-c", "-f", str(path)], capture_output=True, text=True)
+    assert checked.returncode == 0, checked.stderr
 
 
 METRICS = """# HELP lmcache_mp_l2_store_submitted_requests_total x

@@ -1,30 +1,30 @@
-"""Take a node's LMCache server out of the P2P group, then stop it (installed by kvtier's vllm_lmcache role).
+"""Take a node's LMCache server out of the P2P group before it stops (installed by kvtier's vllm_lmcache role).
 
-A peer learns that a server left only from the coordinator, which it polls once per heartbeat interval; a lookup it
-sends meanwhile to a server that no longer answers waits for LMCache's lookup timeout. Deregistering alone does not
-last: the server's next heartbeat gets a 404 and it registers again one interval later; and a server stopped
-gracefully keeps heartbeating while it shuts down, so it can register again after its peers dropped it. So:
-1. wait until the server's stores are done (every store task it submitted completed), so nothing is lost below;
-2. deregister it, and watch the coordinator closely until its registration comes back (at most two intervals);
-3. deregister that one at once: the server cannot register again for the next two intervals (one heartbeat to get
-   the 404, one to register), while it still answers every lookup;
-4. after a little more than one interval every peer has polled and dropped it: kill it then (SIGKILL to its unit,
-   no shutdown during which it could register again; then the unit is stopped, so systemd does not restart it), and
-   deregister once more. The restart that follows starts it fresh; it registers when it starts.
-An unreachable coordinator is no reason to keep serving: the server is stopped all the same, and that is said.
+A peer learns that a server left only from the coordinator, which it polls; a lookup it sends meanwhile to a server
+that no longer answers waits for LMCache's lookup timeout. Deregistering alone does not last: the server's next
+heartbeat gets a 404 and it registers again, also while it shuts down. So, while the server still answers every
+lookup:
+1. wait until its stores are done (every store task it submitted completed), so nothing is lost when it stops;
+2. block this node's connections to the coordinator for every user but root (an nftables table of its own,
+   `inet kvtier_leave`, in memory only): a refused heartbeat keeps no registration alive and makes none;
+3. deregister it. Its peers drop it at their next poll (the playbook then waits until none lists it); it is stopped
+   only after that, and `--rejoin` deletes the table before it starts again, so the new server registers.
 
-Usage: kvtier_p2p_leave.py COORDINATOR_URL INSTANCE_ID UNIT HEARTBEAT_SECONDS METRICS_URL. Standard library only.
+Usage: kvtier_p2p_leave.py COORDINATOR_URL INSTANCE_ID METRICS_URL, or kvtier_p2p_leave.py --rejoin. Standard library
+only; nft on the PATH.
 """
 
+import ipaddress
 import json
 import re
 import subprocess
 import sys
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
-WATCH_S = 0.05
+TABLE = "kvtier_leave"
 SETTLE_S = 60.0
 _SUBMITTED = re.compile(r"^lmcache_mp_l2_store_submitted_requests(?:_total)?(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.M)
 _COMPLETED = re.compile(r"^lmcache_mp_l2_store_completed_requests(?:_total)?(?:\{[^}]*\})? ([0-9.eE+-]+)$", re.M)
@@ -32,7 +32,7 @@ _COMPLETED = re.compile(r"^lmcache_mp_l2_store_completed_requests(?:_total)?(?:\
 
 def _request(method: str, url: str):
     request = urllib.request.Request(url, method=method)
-    with urllib.request.urlopen(request, timeout=5) as reply:  # noqa: S310 (the coordinator's http URL)
+    with urllib.request.urlopen(request, timeout=5) as reply:  # noqa: S310 (kvtier's own http URLs)
         return reply.read()
 
 
@@ -40,10 +40,6 @@ def registered(base: str, instance: str) -> bool:
     body = json.loads(_request("GET", base + "/instances") or b"[]")
     items = body.get("instances", []) if isinstance(body, dict) else body
     return any(isinstance(item, dict) and item.get("instance_id") == instance for item in items)
-
-
-def deregister(base: str, instance: str) -> None:
-    _request("DELETE", f"{base}/instances/{instance}")
 
 
 def stores_in_flight(metrics: str) -> int:
@@ -70,38 +66,46 @@ def settle(metrics_url: str, clock=time.monotonic, sleep=time.sleep, read=None) 
         sleep(1.0)
 
 
-def leave(base: str, instance: str, stop, interval: float, clock=time.monotonic, sleep=time.sleep) -> str:
-    """Steps 2-4 above; `stop()` kills the server's process. Returns what happened, for the task's output."""
+def block_rules(base: str) -> str:
+    """The nft script that refuses every user but root this node's connections to the coordinator at `base`."""
+    url = urllib.parse.urlsplit(base)
+    family = "ip6" if ipaddress.ip_address(url.hostname).version == 6 else "ip"
+    return (
+        f"table inet {TABLE}\n"
+        f"delete table inet {TABLE}\n"
+        f"table inet {TABLE} {{\n"
+        "\tchain output {\n"
+        "\t\ttype filter hook output priority filter; policy accept;\n"
+        f"\t\t{family} daddr {url.hostname} tcp dport {url.port or 80} meta skuid != 0 reject with tcp reset\n"
+        "\t}\n"
+        "}\n"
+    )
+
+
+def leave(base: str, instance: str, nft) -> str:
+    """Steps 2-3 above; `nft(script)` loads an nft script. Returns what happened, for the task's output."""
+    nft(block_rules(base))
     try:
-        deregister(base, instance)
-        deadline, back = clock() + 2.5 * interval, None
-        while clock() < deadline:
-            if registered(base, instance):
-                deregister(base, instance)
-                back = clock()
-                break
-            sleep(WATCH_S)
-        # Absent now until two intervals after its registration came back (or it is not heartbeating at all).
-        sleep(max(0.0, (back if back is not None else clock()) + 1.2 * interval - clock()))
+        _request("DELETE", f"{base}/instances/{instance}")
+        still = registered(base, instance)
     except (OSError, urllib.error.URLError, ValueError) as exc:
-        stop()
-        return f"the coordinator at {base} did not answer ({exc}); {instance} stopped"
-    stop()
-    deregister(base, instance)
-    seen = "its registration came back once and was removed" if back is not None else "it did not register again"
-    return f"{instance} deregistered ({seen}), every peer polled since, then stopped"
+        return f"the coordinator at {base} did not answer ({exc}); its heartbeats are refused"
+    if still:
+        raise RuntimeError(f"{instance} is registered at {base} again although its heartbeats are refused")
+    return f"{instance} deregistered at {base}, its heartbeats refused until it starts again"
+
+
+def _nft(script: str) -> None:
+    subprocess.run(["nft", "-f", "-"], input=script, text=True, check=True)
 
 
 def main(argv) -> int:
-    base, instance, unit, interval, metrics = argv[1].rstrip("/"), argv[2], argv[3], float(argv[4]), argv[5]
-
-    def stop():
-        # Killed, then stopped: the stop cancels the restart systemd would schedule for a killed service.
-        subprocess.run(["systemctl", "kill", "--signal=SIGKILL", unit], check=True)
-        subprocess.run(["systemctl", "stop", unit], check=True)
-
-    settled = settle(metrics)
-    print(f"{settled}; {leave(base, instance, stop, interval)}")
+    if argv[1:] == ["--rejoin"]:
+        _nft(f"table inet {TABLE}\ndelete table inet {TABLE}\n")
+        print("its connections to the coordinator are open again")
+        return 0
+    base, instance, metrics = argv[1].rstrip("/"), argv[2], argv[3]
+    print(f"{settle(metrics)}; {leave(base, instance, _nft)}")
     return 0
 
 
