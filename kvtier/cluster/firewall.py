@@ -42,7 +42,6 @@ class Router:
 class Storage:
     host: str
     address: str
-    l2_port: int
 
 
 @dataclass
@@ -107,7 +106,8 @@ def rules(
         out.input.append(Rule("the P2P coordinator: the Sparks", "tcp", spec.p2p.coordinator.port, addresses))
     if storage is not None and storage.host == host:
         if spec.l2 is not None:
-            out.input.append(Rule("the L2 server: the Sparks", "tcp", storage.l2_port, addresses))
+            # The spec's L2 port derives from the storage node's kv_store_port (kvtier.cluster.derive).
+            out.input.append(Rule("the L2 server: the Sparks", "tcp", spec.l2.port, addresses))
         if spec.l3 is not None:
             out.input.append(Rule("the NFS export: the Sparks", "tcp", NFS_PORT, addresses))
             out.input.append(Rule("rpcbind: the Sparks", "tcp", RPCBIND_PORT, addresses))

@@ -137,6 +137,7 @@ IDLE_LIMIT_PERCENT = 25.0
 _CPU_PROBE = inspect.getsource(cpu_probe)
 _LAB_ERRORS = (
     StageFailed,
+    bench_ttft.BenchError,
     fabric.FabricError,
     host.VMError,
     wheelhouse.WheelhouseError,

@@ -11,7 +11,7 @@ from kvtier.cluster import firewall, load_spec
 from tests.unit._cluster_data import spec_dict
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-STORAGE = firewall.Storage("kv-storage01", "10.10.0.10", 6379)
+STORAGE = firewall.Storage("kv-storage01", "10.10.0.10")
 ROUTER = firewall.Router("kv-storage01", "10.10.0.10", 8000, 8404)
 SPARKS = ("10.10.0.21", "10.10.0.22", "10.10.0.23")
 

@@ -2,7 +2,7 @@
 
     "{{ hostvars | kvtier_firewall_rules(groups, inventory_hostname, settings) }}"
 
-settings: admin (list), clients (list), service_uid (int or none), router_port, router_stats_port, l2_port.
+settings: admin (list), clients (list), service_uid (int or none), router_port, router_stats_port.
 Returns {input: [...], output: [...]}, each rule {what, proto, port, v4, v6, owners}.
 """
 
@@ -51,7 +51,7 @@ def kvtier_firewall_rules(hostvars, groups, host, settings):
     store = None
     if len(storage) == 1:
         address = plain(hostvars[storage[0]].get("kvtier_data_address"))
-        store = firewall.Storage(storage[0], str(address), int(settings["l2_port"])) if address else None
+        store = firewall.Storage(storage[0], str(address)) if address else None
     router = None
     routers = groups.get("kvtier_router") or []
     if routers:
