@@ -292,8 +292,7 @@ def vllm(spec: ClusterSpec, node_name: str) -> ProcessSpec:
         # Spark's worker got 0.4 % of a core for 6 minutes while the other one served). The scheduler places them.
         env["VLLM_CPU_OMP_THREADS_BIND"] = "nobind"
         # vLLM ranks a sampled token among the logprobs with a torch.compile'd helper, which on the CPU needs a C++
-        # compiler at run time (the engine died on the first request asking for logprobs, as kvtier's answer checks
-        # do): every torch.compile runs eagerly instead, the model's too where vllm.enforce_eager is off.
+        # compiler at run time, and kvtier's answer checks ask for logprobs: every torch.compile runs eagerly instead.
         env["TORCHDYNAMO_DISABLE"] = "1"
     if model.path is not None:
         env["HF_HUB_OFFLINE"] = "1"
