@@ -137,9 +137,12 @@ def test_l2_as_lmcache_sees_it(redis_server):  # noqa: F811
 
 
 def _lmcache_like(password):
-    """A process holding the L2 login in its environment as kvtier's LMCache server does."""
+    """A process holding the L2 login in its environment as kvtier's LMCache server does. It says when it runs:
+    until its exec, /proc shows the parent's environment."""
     env = {"PATH": os.environ["PATH"], "LMCACHE_RESP_USERNAME": "probe", "LMCACHE_RESP_PASSWORD": password}
-    return subprocess.Popen(["sleep", "60"], env=env)
+    proc = subprocess.Popen(["sh", "-c", "echo up; exec sleep 60"], env=env, stdout=subprocess.PIPE)
+    assert proc.stdout.readline() == b"up\n"
+    return proc
 
 
 def test_lmcache_own_l2_login_is_tried_where_it_differs(redis_server, tmp_path):  # noqa: F811
@@ -168,6 +171,7 @@ def test_lmcache_own_l2_login_is_tried_where_it_differs(redis_server, tmp_path):
         for proc in (wrong, right):
             proc.kill()
             proc.wait()
+            proc.stdout.close()
     assert namespace["lmcache_l2_view"](os.getpid(), inventory, view) is None  # no login in this environment
     # Not running (its unit refused to start): the login it starts with, from its secrets file as the role writes it.
     secrets = tmp_path / "lmcache-secrets.env"
