@@ -66,7 +66,8 @@ class Warmup:
         replies, batch, began = [], max(self.concurrency * 4, 1), time.monotonic()
         for start in range(0, len(prompts), batch):
             chunk = prompts[start : start + batch]
-            call = f"send_all({self.t.vllm_url(host)!r}, {self.t.model!r}, {chunk!r}, {self.concurrency})"
+            url, model = self.t.vllm_url(host), self.t.model
+            call = f"send_all({url!r}, {model!r}, {chunk!r}, {self.concurrency}, api_key=node_api_key())"
             replies += self._call(host, call)
             if len(prompts) > batch:
                 ttft = warmup_probe.stats(r["ttft"] for r in replies)

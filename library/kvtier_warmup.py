@@ -67,7 +67,7 @@ warmup:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.kvtier_lmcache import ProbeError, get_metrics, lmcache_summary
+from ansible.module_utils.kvtier_lmcache import ProbeError, get_metrics, lmcache_summary, node_api_key
 from ansible.module_utils.kvtier_warmup import (
     corpus_problems,
     corpus_prompts,
@@ -122,6 +122,7 @@ def main():
             p["concurrency"],
             p["store_timeout"],
             p["replay"],
+            node_api_key(),
         )
     except (ProbeError, OSError, ValueError, KeyError) as err:
         module.fail_json(msg="warmup against %s failed: %s" % (p["vllm_url"], err))

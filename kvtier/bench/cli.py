@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import sys
 import time
@@ -12,6 +13,8 @@ from kvtier.probes import cpu
 from kvtier.proof import tiers as proof_tiers
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
+# The key a client sends to --endpoint (a tenant's at the router, or vLLM's): from the environment, never an argument.
+API_KEY_ENV = "KVTIER_API_KEY"
 
 
 def _ints(text: str) -> list:
@@ -81,7 +84,8 @@ def _cmd_ttft(args: argparse.Namespace) -> int:
         return 2
     try:
         if args.endpoint:
-            bench = ttft.EndpointBench(args.endpoint, args.chunk_size, iterations=args.iterations)
+            key = os.environ.get(API_KEY_ENV, "")
+            bench = ttft.EndpointBench(args.endpoint, args.chunk_size, iterations=args.iterations, api_key=key)
             target, hosts = None, [args.endpoint]
         else:
             bench, target = None, _target(args)
@@ -150,7 +154,10 @@ def register(sub) -> None:
     )
     where = t.add_mutually_exclusive_group(required=True)
     where.add_argument("-i", "--inventory", help="the inventory the cluster was provisioned with")
-    where.add_argument("--endpoint", help="an OpenAI-compatible URL to measure as a client (no tiers sweep)")
+    where.add_argument(
+        "--endpoint",
+        help=f"an OpenAI-compatible URL to measure as a client (no tiers sweep); its API key from ${API_KEY_ENV}",
+    )
     t.add_argument("--chunk-size", type=int, default=256, help="LMCache's chunk size behind --endpoint (default 256)")
     t.add_argument("--host", action="append", help="a Spark to measure on (repeat; default: the first Spark)")
     t.add_argument("--sizes", type=_ints, default=[256, 512, 1024, 1536], help="context sizes in tokens")

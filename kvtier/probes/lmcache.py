@@ -204,10 +204,36 @@ def served_models(models: dict) -> list:
     return [m.get("id") for m in models.get("data", []) if isinstance(m, dict)]
 
 
-def http_get(url: str, timeout: float = 5.0) -> tuple:
+# vLLM's API key on a Spark: root's only, in the file its unit reads (the vllm_lmcache role writes it). A probe on the
+# node reads it there, so the key never travels in a module argument or a command line.
+VLLM_SECRETS_FILE = "/etc/kvtier/vllm-secrets.env"
+
+
+def node_api_key(path: str = VLLM_SECRETS_FILE) -> str:
+    """The node's own vLLM API key (VLLM_API_KEY in its secrets file); "" where there is none or it is unreadable."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for line in handle:
+                name, sep, value = line.strip().partition("=")
+                if sep and name == "VLLM_API_KEY":
+                    if len(value) >= 2 and value[0] == value[-1] == '"':
+                        value = re.sub(r"\\(.)", r"\1", value[1:-1])
+                    return value
+    except OSError:
+        pass
+    return ""
+
+
+def auth_headers(api_key: str) -> dict:
+    """The header vLLM's /v1 routes (and the router) want for `api_key`; none without one."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+
+def http_get(url: str, timeout: float = 5.0, api_key: str = "") -> tuple:
     """(status, body text) of a GET; connection problems raise ProbeError."""
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:  # noqa: S310 (fixed http URLs)
+        request = urllib.request.Request(url, headers=auth_headers(api_key))
+        with urllib.request.urlopen(request, timeout=timeout) as resp:  # noqa: S310 (fixed http URLs)
             return resp.status, resp.read().decode("utf-8", "replace")
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read().decode("utf-8", "replace")
@@ -216,8 +242,8 @@ def http_get(url: str, timeout: float = 5.0) -> tuple:
         raise ProbeError(f"{url}: {reason}") from None
 
 
-def get_json(url: str, timeout: float = 5.0):
-    status, body = http_get(url, timeout)
+def get_json(url: str, timeout: float = 5.0, api_key: str = ""):
+    status, body = http_get(url, timeout, api_key)
     if status != 200:
         raise ProbeError(f"{url} answered HTTP {status}: {body[:200]}")
     try:
@@ -291,7 +317,7 @@ def probe_node(endpoints: dict, model: str | None = None, timeout: float = 5.0, 
             problems.append(f"vLLM not answering: {exc}")
         if result["vllm_healthy"]:
             try:
-                result["models"] = served_models(get_json(base + "/v1/models", timeout))
+                result["models"] = served_models(get_json(base + "/v1/models", timeout, node_api_key()))
                 if model is not None and model not in result["models"]:
                     problems.append(f"vLLM at {base} serves {result['models']}, not {model!r}")
                 result["vllm"] = vllm_summary(get_metrics(base + "/metrics", timeout))
@@ -314,6 +340,7 @@ def complete(
     timeout: float = 300.0,
     cache_salt: str = "",
     answer_tokens: int = 1,
+    api_key: str | None = None,
 ) -> dict:
     """One completion, as a client sends it (greedy); what vLLM said and how long it took.
 
@@ -322,14 +349,16 @@ def complete(
     ``seconds`` (the whole request: with one output token, close to the time to first token), ``error``, and
     the answer: ``tokens`` and ``top_logprobs`` (the two best tokens at each step) of `answer_tokens` tokens.
     A ``cache_salt`` (vLLM's request field, which LMCache puts in every object key) keeps the request's cache
-    entries apart from every other request's.
+    entries apart from every other request's. `api_key`: vLLM's key; by default the node's own (`node_api_key`).
     """
     fields = {"model": model, "prompt": prompt, "max_tokens": answer_tokens, "temperature": 0, "logprobs": 2}
     if cache_salt:
         fields["cache_salt"] = cache_salt
     body = json.dumps(fields).encode()
     request = urllib.request.Request(
-        base.rstrip("/") + "/v1/completions", data=body, headers={"Content-Type": "application/json"}
+        base.rstrip("/") + "/v1/completions",
+        data=body,
+        headers={"Content-Type": "application/json", **auth_headers(node_api_key() if api_key is None else api_key)},
     )
     started = time.monotonic()
     result = {"status": 0, "cached_tokens": 0, "prompt_tokens": 0, "seconds": 0.0, "error": ""}

@@ -8,6 +8,7 @@ success and a sentence otherwise.
 
 from __future__ import annotations
 
+import base64
 import csv
 import io
 import socket
@@ -131,9 +132,17 @@ def wait_status(path: str, backend: str, server: str, statuses, timeout: float, 
         time.sleep(interval)
 
 
-def stats_over_http(url: str, backend: str, timeout: float = 5.0) -> dict:
-    """{server: status} from the router's read-only statistics page (``<url>;csv``), as a client host reads it."""
-    with urllib.request.urlopen(url + ";csv", timeout=timeout) as reply:
+def basic_auth(user: str, password: str) -> str:
+    """An Authorization header's value for the statistics page's login."""
+    return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
+
+
+def stats_over_http(url: str, backend: str, timeout: float = 5.0, login: tuple | None = None) -> dict:
+    """{server: status} from the router's read-only statistics page (``<url>;csv``), as a client host reads it;
+    `login`: (user, password) where the page asks for one."""
+    headers = {"Authorization": basic_auth(*login)} if login else {}
+    request = urllib.request.Request(url + ";csv", headers=headers)
+    with urllib.request.urlopen(request, timeout=timeout) as reply:  # noqa: S310 (the router's own page)
         rows = parse_stat(reply.read().decode(errors="replace"))
     return {
         row["svname"]: row["status"].split(" ")[0]

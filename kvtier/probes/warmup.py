@@ -55,9 +55,13 @@ def whole_chunk_tokens(tokens: int, chunk_size: int) -> int:
     return tokens // chunk_size * chunk_size
 
 
-def _post(url: str, body: dict, timeout: float):
-    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers={"Content-Type": "application/json"})
-    return urllib.request.urlopen(request, timeout=timeout)  # noqa: S310 (the node's own vLLM)
+def _post(url: str, body: dict, timeout: float, api_key: str = ""):
+    """POST JSON to vLLM; with `api_key`, as vLLM's API key (its /v1 routes refuse a request without it)."""
+    headers = {"Content-Type": "application/json"}
+    if api_key:
+        headers["Authorization"] = f"Bearer {api_key}"
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers)
+    return urllib.request.urlopen(request, timeout=timeout)  # noqa: S310 (the node's own vLLM, or the router)
 
 
 def tokenize(base: str, model: str, text: str, timeout: float = 60.0) -> list:
@@ -127,13 +131,15 @@ def corpus_prompts(base: str, model: str, entries: list, text_file: str, name: s
     return prompts
 
 
-def stream_complete(base: str, model: str, prompt, timeout: float = 600.0, max_tokens: int = 1) -> dict:
+def stream_complete(
+    base: str, model: str, prompt, timeout: float = 600.0, max_tokens: int = 1, api_key: str = ""
+) -> dict:
     """One streamed completion, as a client sends it, timed at its first token.
 
     `prompt` is text or a list of token ids. Returns ``status`` (HTTP status, 0 when nothing answered),
     ``ttft`` (seconds to the first streamed token), ``seconds`` (the whole request), ``prompt_tokens``,
     ``cached_tokens`` (prompt tokens served from a cache: vLLM's usage, needs --enable-prompt-tokens-details)
-    and ``error``."""
+    and ``error``. `api_key`: vLLM's API key, or a tenant's key at the router."""
     body = {
         "model": model,
         "prompt": prompt,
@@ -145,7 +151,7 @@ def stream_complete(base: str, model: str, prompt, timeout: float = 600.0, max_t
     result = {"status": 0, "ttft": None, "seconds": 0.0, "prompt_tokens": 0, "cached_tokens": 0, "error": ""}
     started = time.monotonic()
     try:
-        with _post(base.rstrip("/") + "/v1/completions", body, timeout) as reply:
+        with _post(base.rstrip("/") + "/v1/completions", body, timeout, api_key) as reply:
             result["status"] = reply.status
             for raw in reply:
                 line = raw.decode("utf-8", "replace").strip()
@@ -172,10 +178,10 @@ def stream_complete(base: str, model: str, prompt, timeout: float = 600.0, max_t
     return result
 
 
-def send_all(base: str, model: str, prompts: list, concurrency: int, timeout: float = 600.0) -> list:
+def send_all(base: str, model: str, prompts: list, concurrency: int, timeout: float = 600.0, api_key: str = "") -> list:
     """stream_complete for every prompt, at most `concurrency` at a time; the replies in the prompts' order."""
     with ThreadPoolExecutor(max_workers=max(1, concurrency)) as pool:
-        return list(pool.map(lambda p: stream_complete(base, model, p, timeout), prompts))
+        return list(pool.map(lambda p: stream_complete(base, model, p, timeout, api_key=api_key), prompts))
 
 
 def _failed(replies: list) -> list:
@@ -289,6 +295,7 @@ def warm(
     concurrency: int = 4,
     store_timeout: float = 120.0,
     replay: bool = True,
+    api_key: str = "",
 ) -> dict:
     """Send every prompt, wait until its new chunks reached the persistent tiers (`persistent`: the L2 adapter
     names of LMCache for kvtier's L2 and L3), then send them again: what was stored and what hits.
@@ -297,10 +304,10 @@ def warm(
     that is already warm leaves it false."""
     before = counters()
     started = time.monotonic()
-    first = send_all(base, model, prompts, concurrency)
+    first = send_all(base, model, prompts, concurrency, api_key=api_key)
     seconds = time.monotonic() - started
     stored = wait_stored(counters, before, persistent, new_chunks(first, chunk_size), store_timeout)
-    again = send_all(base, model, prompts, concurrency) if replay else None
+    again = send_all(base, model, prompts, concurrency, api_key=api_key) if replay else None
     return report(first, before, stored, chunk_size, seconds, again)
 
 

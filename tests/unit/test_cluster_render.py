@@ -113,6 +113,8 @@ def test_full_vllm_argv():
         str(40 * 2**30),
         "--enable-prefix-caching",
         "--enable-prompt-tokens-details",
+        "--middleware",
+        "kvtier_tenant_salt.TenantSalt",
         # (119 - 32 LMCache DRAM - 8 OS) / 119 GiB, rounded down: vLLM needs that share free at start.
         "--gpu-memory-utilization",
         "0.66",
@@ -120,7 +122,7 @@ def test_full_vllm_argv():
         '{"kv_connector":"LMCacheMPConnector","kv_connector_extra_config":{"lmcache.mp.host":"tcp://10.10.0.22",'
         '"lmcache.mp.port":5555},"kv_load_failure_policy":"recompute","kv_role":"kv_both"}',
     ]
-    assert process.secret_env == {}
+    assert process.secret_env == {}  # no key given: none rendered
     assert process.env["HF_HUB_OFFLINE"] == "1" and process.env["VLLM_NO_USAGE_STATS"] == "1"
     assert "PYTHONHASHSEED" not in process.env
     assert "TORCHDYNAMO_DISABLE" not in process.env  # a GPU node compiles as vLLM wants

@@ -17,6 +17,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 GOLDEN = ROOT / "tests" / "fixtures" / "golden" / "inventory-example.json"
 EXAMPLE_RDMA_DEVICES = ["rocep1s0f0:1", "roceP2p1s0f0:1"]
 PASSWORD = "golden-rendering-password-0123"  # the example's vault holds placeholders the policy refuses
+API_KEY = "golden-rendering-vllm-key-0123"
 # The container route as the role renders it with podman (the serving image's tag is its recipe's digest, made on
 # the node; the service user's ids are the node's): the command each unit runs in place of the process itself.
 CONTAINER_ROUTE = container.Container(
@@ -50,9 +51,10 @@ def _render() -> dict:
             "roce_extra_interfaces": hostvars[host].get("roce_extra_interfaces"),
         }
         if host in sparks:
-            config = render.node_config(spec, host, PASSWORD)
+            config = render.node_config(spec, host, PASSWORD, API_KEY)
             server = config["lmcache_server"]
             server["secret_env"] = {k: "<secret>" if "PASSWORD" in k else v for k, v in server["secret_env"].items()}
+            config["vllm"]["secret_env"] = {k: "<secret>" for k in config["vllm"]["secret_env"]}
             entry.update({k: config[k] for k in ("lmcache_server", "vllm", "endpoints")})
         coordinator = render.coordinator(spec, host)
         entry["coordinator"] = None if coordinator is None else coordinator.to_dict()
@@ -74,7 +76,7 @@ def test_inventory_example_renders_as_reviewed():
     text = json.dumps(rendered, indent=2, sort_keys=True) + "\n"
     if os.environ.get("KVTIER_UPDATE_GOLDEN"):
         GOLDEN.write_text(text)
-    assert PASSWORD not in text
+    assert PASSWORD not in text and API_KEY not in text
     assert json.loads(GOLDEN.read_text()) == rendered, "rendering changed: review it, then KVTIER_UPDATE_GOLDEN=1"
 
 

@@ -1,12 +1,14 @@
 """The lab's generated inventory is one a real site.yml run accepts, and its report never hides a tier."""
 
 import ipaddress
+import json
 import shutil
+import subprocess
 
 import pytest
 import yaml
 
-from kvtier.lab import fabric, lab
+from kvtier.lab import credentials, fabric, lab
 from kvtier.lab.stages import StageFailed, Stages
 from tests.unit.test_preflight_playbook import run_preflight
 
@@ -44,12 +46,28 @@ def test_lab_addresses_are_on_the_lab_network_and_distinct():
     assert ipaddress.ip_address(lab.STORAGE_DATA_ADDRESS) != next(network.hosts())  # .1 is the bridge itself
 
 
-def test_lab_secrets_are_generated_once_and_private(tmp_path, monkeypatch):
-    monkeypatch.setattr(lab, "STATE", tmp_path)
-    first = lab._secrets()
-    assert lab._secrets() == first
+def test_lab_secrets_are_generated_once_and_private(tmp_path):
+    first = credentials.passwords(tmp_path)
+    assert credentials.passwords(tmp_path) == first
     assert all(len(v) >= 24 and v != "changeme" for v in first.values())
+    assert len(set(first.values())) == len(first)
     assert (tmp_path / "secrets.json").stat().st_mode & 0o077 == 0
+    # A lab made before a secret existed gets it added; the others stay.
+    older = {k: v for k, v in first.items() if k != "router_stats_password"}
+    (tmp_path / "secrets.json").write_text(json.dumps(older))
+    again = credentials.passwords(tmp_path)
+    assert {k: again[k] for k in older} == older and len(again["router_stats_password"]) >= 24
+
+
+def test_lab_router_certificate_names_its_address_and_keeps_its_key_private(tmp_path):
+    cert, key = credentials.certificate(tmp_path, "10.213.7.10")
+    text = subprocess.run(["openssl", "x509", "-in", str(cert), "-noout", "-text"], capture_output=True, text=True)
+    assert "IP Address:10.213.7.10" in text.stdout
+    assert key.stat().st_mode & 0o077 == 0
+    assert credentials.certificate(tmp_path, "10.213.7.10") == (cert, key) and cert.read_text() == cert.read_text()
+    values = credentials.inventory_vars(tmp_path, "10.213.7.10")
+    assert [t["name"] for t in values["router_tenants"]] == list(credentials.TENANTS)
+    assert not any(name.startswith("tenant_key_") for name in values)
 
 
 def test_the_proof_reads_the_lab_from_its_inventory_like_any_cluster(tmp_path, monkeypatch):
@@ -63,7 +81,7 @@ def test_the_proof_reads_the_lab_from_its_inventory_like_any_cluster(tmp_path, m
     assert t.l2_admin_user == "kvtier-admin"
     assert t.vllm_url("spark01") == f"http://127.0.0.1:{cluster['ports']['vllm_http']}"
     assert t.spec.l3.path == cluster["l3"]["path"] and t.l2_name == cluster["l2"]["adapter"]
-    assert t.l2_admin_password == lab._secrets()["kv_store_admin_password"]
+    assert t.l2_admin_password == credentials.passwords(lab.STATE)["kv_store_admin_password"]
     argv = t.nodes["spark02"].argv("true")  # over SSH, as Ansible reaches it
     # As an unprivileged login user that becomes root, as on a real cluster.
     assert argv[0] == "ssh" and argv[-2:] == [f"kvtier@{lab.SPARKS['spark02']}", "sudo -n true"]

@@ -49,6 +49,7 @@ def test_example_inventory_only_lacks_real_secrets(tmp_path):
     assert [m.split(":")[0] for m in messages] == [
         "kv_store_lmcache_password still has an example value",
         "kv_store_admin_password still has an example value",
+        "vllm_lmcache_api_key still has an example value",
     ]
 
 

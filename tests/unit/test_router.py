@@ -6,14 +6,19 @@ their name); the affinity, the drain through the admin socket, the module and th
 """
 
 import contextlib
+import http.client
 import http.server
+import importlib.util
 import json
+import os
 import pathlib
 import shutil
 import socket
+import ssl
 import subprocess
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import jinja2
@@ -24,7 +29,8 @@ import yaml
 from kvtier.bench.stream import ClientStream, summarize
 from kvtier.cluster import RenderError, load_spec
 from kvtier.cluster.render import router_backends
-from kvtier.lab import day2
+from kvtier.cluster.tenants import salt
+from kvtier.lab import credentials, day2
 from kvtier.lab.day2 import RouterWatch, out_of_rotation
 from kvtier.lab.stages import StageFailed
 from kvtier.probes import router as router_probe
@@ -33,6 +39,19 @@ from tests.unit._cluster_data import spec_dict
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 ROLE = ROOT / "roles" / "router"
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
+_FILTERS = importlib.util.spec_from_file_location("router_filters", ROLE / "filter_plugins" / "router.py")
+router_filters = importlib.util.module_from_spec(_FILTERS)
+_FILTERS.loader.exec_module(router_filters)
+# The router's secrets in these tests (the role reads them from the vault).
+TENANTS = [
+    {"name": "team-a", "api_key": "tenant-a-key-0123456789abcdef"},
+    {"name": "team-b", "api_key": "tenant-b-key-0123456789abcdef"},
+]
+SECRETS = {
+    "router_cache_salt_secret": "salt-secret-0123456789abcdef",
+    "router_vllm_api_key": "vllm-key-0123456789abcdef",
+    "router_stats_password": "stats-password-0123456789",
+}
 
 
 def test_backends_are_every_spark_at_its_data_address_in_spec_order():
@@ -126,7 +145,7 @@ class _StandIn(http.server.ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, name: str):
-        self.name, self.seen, self.delay = name, [], 0.0
+        self.name, self.seen, self.headers_seen, self.delay = name, [], [], 0.0
 
         class Handler(http.server.BaseHTTPRequestHandler):
             def _answer(handler, body: bytes):
@@ -136,11 +155,14 @@ class _StandIn(http.server.ThreadingHTTPServer):
                 handler.wfile.write(body)
 
             def do_GET(handler):
+                if handler.path != "/health":
+                    self.headers_seen.append({k.lower(): v for k, v in handler.headers.items()})
                 handler._answer(json.dumps({"data": [{"id": "m"}], "server": name}).encode())
 
             def do_POST(handler):
                 body = json.loads(handler.rfile.read(int(handler.headers["Content-Length"])))
                 self.seen.append(body["prompt"])
+                self.headers_seen.append({k.lower(): v for k, v in handler.headers.items()})
                 time.sleep(self.delay)
                 if not body.get("stream"):
                     handler._answer(name.encode())
@@ -159,6 +181,7 @@ class _StandIn(http.server.ThreadingHTTPServer):
 
 
 def render_config(tmp_path, backends, **overrides) -> pathlib.Path:
+    """The role's configuration, and the secrets files the role writes beside it (in `tmp_path`)."""
     variables = yaml.safe_load((ROLE / "defaults" / "main.yml").read_text())
     variables.update(
         ansible_managed="test",
@@ -167,9 +190,17 @@ def render_config(tmp_path, backends, **overrides) -> pathlib.Path:
         router_stats_port=_free_port(),
         router_admin_socket=str(tmp_path / "admin.sock"),
         router_health_interval_ms=200,
+        router_secrets_dir=str(tmp_path),
+        router_tenants=TENANTS,
         _router_backends=backends,
+        **SECRETS,
         **overrides,
     )
+    (tmp_path / "tenants.map").write_text(
+        router_filters.router_tenant_map(TENANTS, SECRETS["router_cache_salt_secret"])
+    )
+    cert, key = credentials.certificate(tmp_path, "127.0.0.1")
+    (tmp_path / "router.pem").write_text(cert.read_text() + key.read_text())
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(ROLE / "templates"), keep_trailing_newline=True)
     env.filters["ansible.utils.ipwrap"] = lambda address: address  # IPv4 only here
     # The test runs HAProxy as the current user: no user/group switch.
@@ -184,7 +215,14 @@ def render_config(tmp_path, backends, **overrides) -> pathlib.Path:
 def haproxy(tmp_path, backends, **overrides):
     config = render_config(tmp_path, backends, **overrides)
     variables = json.loads(config.with_suffix(".json").read_text())
-    proc = subprocess.Popen([HAPROXY, "-db", "-f", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    env = dict(
+        os.environ,
+        KVTIER_VLLM_API_KEY=SECRETS["router_vllm_api_key"],
+        KVTIER_ROUTER_STATS_PASSWORD=SECRETS["router_stats_password"],
+    )
+    proc = subprocess.Popen(
+        [HAPROXY, "-db", "-f", str(config)], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env
+    )
     try:
         deadline = time.monotonic() + 20
         while True:  # until every backend passes its health checks
@@ -203,14 +241,39 @@ def haproxy(tmp_path, backends, **overrides):
         proc.wait(10)
 
 
-def _complete(variables, prompt: str) -> str:
-    request = urllib.request.Request(
-        f"http://127.0.0.1:{variables['router_port']}/v1/completions",
-        data=json.dumps({"model": "m", "prompt": prompt, "max_tokens": 1}).encode(),
-        headers={"Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=10) as reply:
-        return reply.read().decode()
+def _url(variables, port: str = "router_port") -> str:
+    return f"https://127.0.0.1:{variables[port]}"
+
+
+def _tls(variables) -> ssl.SSLContext:
+    """A client that trusts the router's certificate."""
+    return ssl.create_default_context(cafile=str(pathlib.Path(variables["router_secrets_dir"]) / "router.crt"))
+
+
+@pytest.fixture
+def trusting(monkeypatch, tmp_path):
+    """This process's urllib clients (ClientStream, RouterWatch) trust the router's certificate, for one test."""
+    monkeypatch.setattr(urllib.request, "_opener", None)
+    credentials.certificate(tmp_path, "127.0.0.1")
+    credentials.trust_router(tmp_path)
+
+
+def _request(variables, path: str, headers=None, body=None, port: str = "router_port") -> tuple:
+    """(status, body text) of a request to the router."""
+    data = None if body is None else json.dumps(body).encode()
+    request = urllib.request.Request(_url(variables, port) + path, data=data, headers=headers or {})
+    try:
+        with urllib.request.urlopen(request, timeout=10, context=_tls(variables)) as reply:
+            return reply.status, reply.read().decode()
+    except urllib.error.HTTPError as exc:
+        return exc.code, exc.read().decode()
+
+
+def _complete(variables, prompt: str, key: str = TENANTS[0]["api_key"]) -> str:
+    headers = {"Content-Type": "application/json", "Authorization": f"Bearer {key}"}
+    status, text = _request(variables, "/v1/completions", headers, {"model": "m", "prompt": prompt, "max_tokens": 1})
+    assert status == 200, text
+    return text
 
 
 @pytest.fixture
@@ -227,10 +290,40 @@ def _backends(servers):
 
 def test_haproxy_accepts_the_rendered_configuration(tmp_path):
     backends = [{"name": "spark01", "address": "10.0.0.21", "port": 8000}]
-    for prefix in (256, 0):  # prefix affinity, and least connections
-        config = render_config(tmp_path, backends, router_prefix_bytes=prefix)
+    for prefix, tls in ((256, True), (0, True), (256, False)):  # affinity or least connections; HTTPS or not
+        config = render_config(tmp_path, backends, router_prefix_bytes=prefix, router_tls=tls)
         check = subprocess.run([HAPROXY, "-c", "-f", str(config)], capture_output=True, text=True)
         assert check.returncode == 0, check.stdout + check.stderr
+        text = config.read_text()
+        assert ("ssl crt" in text) is tls
+        assert not any(value in text for value in SECRETS.values())  # secrets stay in their root-only files
+        assert not any(t["api_key"] in text for t in TENANTS)
+
+
+def test_only_a_tenant_gets_through_and_the_spark_gets_vllm_key_and_the_tenant_salt(tmp_path, stand_ins):
+    with haproxy(tmp_path, _backends(stand_ins), router_prefix_bytes=0) as variables:
+        spoofed = {"Authorization": "Bearer not-a-tenant-key-000000", "X-Kvtier-Tenant-Salt": "chosen"}
+        for headers in ({}, spoofed, {"Authorization": f"Bearer {SECRETS['router_vllm_api_key']}"}):
+            status, text = _request(variables, "/v1/models", headers)
+            assert status == 401 and "API key is required" in text
+        assert not any(s.headers_seen for s in stand_ins)  # nothing refused reached a Spark
+        for tenant in TENANTS:
+            _complete(variables, f"a prompt of {tenant['name']}", tenant["api_key"])
+        seen = [h for s in stand_ins for h in s.headers_seen]
+        assert {h["authorization"] for h in seen} == {f"Bearer {SECRETS['router_vllm_api_key']}"}
+        assert sorted(h["x-kvtier-tenant-salt"] for h in seen) == sorted(
+            salt(SECRETS["router_cache_salt_secret"], t["name"]) for t in TENANTS
+        )
+        # A client's own salt header is dropped: the tenant's replaces it.
+        key = TENANTS[1]["api_key"]
+        _request(variables, "/v1/models", {"Authorization": f"Bearer {key}", "X-Kvtier-Tenant-Salt": "chosen"})
+        last = [h for s in stand_ins for h in s.headers_seen if "chosen" in h.get("x-kvtier-tenant-salt", "")]
+        assert last == []
+        # vLLM's other routes are not for clients.
+        assert _request(variables, "/metrics", {"Authorization": f"Bearer {key}"})[0] == 404
+        # Plain HTTP on the TLS port gets no answer from a Spark.
+        with pytest.raises((urllib.error.URLError, ConnectionError, http.client.HTTPException)):
+            urllib.request.urlopen(f"http://127.0.0.1:{variables['router_port']}/v1/models", timeout=5)
 
 
 def test_prompts_with_the_same_prefix_go_to_the_same_spark(tmp_path, stand_ins):
@@ -315,10 +408,15 @@ def test_the_module_changes_only_what_differs_and_names_an_unknown_spark(tmp_pat
         assert failed["failed"] and "has no server spark09 (it has spark01, spark02)" in failed["msg"]
 
 
-def test_the_statistics_page_shows_each_spark(tmp_path, stand_ins):
+def test_the_statistics_page_shows_each_spark_behind_its_login(tmp_path, stand_ins, trusting):
     with haproxy(tmp_path, _backends(stand_ins)) as variables:
-        url = f"http://127.0.0.1:{variables['router_stats_port']}/stats"
-        assert router_probe.stats_over_http(url, "vllm") == {"spark01": "UP", "spark02": "UP"}
+        url = _url(variables, "router_stats_port") + "/stats"
+        login = (variables["router_stats_user"], SECRETS["router_stats_password"])
+        assert router_probe.stats_over_http(url, "vllm", login=login) == {"spark01": "UP", "spark02": "UP"}
+        for wrong in (None, (login[0], "not-the-password")):
+            with pytest.raises(urllib.error.HTTPError) as refused:
+                router_probe.stats_over_http(url, "vllm", login=wrong)
+            assert refused.value.code == 401
 
 
 def test_the_module_refuses_to_drain_the_last_spark_in_rotation(tmp_path, stand_ins, capsys):
@@ -339,13 +437,13 @@ def test_the_module_refuses_to_drain_the_last_spark_in_rotation(tmp_path, stand_
         assert router_probe.servers(sock, "vllm")["spark02"]["status"] == "UP"  # nothing changed
 
 
-def test_a_client_stream_sees_no_failure_while_a_spark_is_drained_and_the_watch_times_it(tmp_path, stand_ins):
+def test_a_client_stream_sees_no_failure_while_a_spark_is_drained_and_the_watch_times_it(tmp_path, stand_ins, trusting):
     with haproxy(tmp_path, _backends(stand_ins)) as variables:
         sock = variables["router_admin_socket"]
-        url = f"http://127.0.0.1:{variables['router_port']}"
-        stats = f"http://127.0.0.1:{variables['router_stats_port']}/stats"
-        stream = ClientStream(url, "m", [f"prompt {n}" for n in range(4)], interval=0.05, timeout=10)
-        with RouterWatch(stats, "vllm", interval=0.1) as watch, stream:
+        url, stats = _url(variables), _url(variables, "router_stats_port") + "/stats"
+        key, login = TENANTS[0]["api_key"], (variables["router_stats_user"], SECRETS["router_stats_password"])
+        stream = ClientStream(url, "m", [f"prompt {n}" for n in range(4)], interval=0.05, timeout=10, api_key=key)
+        with RouterWatch(stats, "vllm", interval=0.1, login=login) as watch, stream:
             time.sleep(0.5)
             router_probe.set_state(sock, "vllm", "spark02", "drain")
             time.sleep(1.0)

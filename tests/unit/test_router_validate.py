@@ -43,9 +43,35 @@ def test_the_good_inventory_puts_the_router_on_the_storage_node_in_front_of_ever
         ({"kvtier_router_node": "spark01"}, "and not 8000, which this Spark uses"),
         ({"kvtier_router_node": "nosuchhost"}, "kvtier_router_node=nosuchhost is not an inventory host"),
         ({"router_port": "eighty"}, "router_port"),
+        ({"router_tenants": []}, "router_tenants is empty: give at least one tenant"),
+        (
+            {"router_tenants": [{"name": "a", "api_key": "changeme"}]},
+            "router_tenants[0].api_key (a) still has an example value",
+        ),
+        (
+            {"router_tenants": [{"name": "a b", "api_key": "key-one-0123456789abc"}]},
+            "router_tenants[0].name must be letters, digits",
+        ),
+        (
+            {
+                "router_tenants": [
+                    {"name": "a", "api_key": "key-one-0123456789abc"},
+                    {"name": "b", "api_key": "key-one-0123456789abc"},
+                ]
+            },
+            "a and b have the same key",
+        ),
+        ({"router_cache_salt_secret": "short"}, "router_cache_salt_secret is shorter than 16 characters"),
+        ({"router_stats_password": ""}, "router_stats_password is not set"),
+        (
+            {"router_vllm_api_key": "test-tenant-a-key-0123456789"},
+            "router_vllm_api_key is also a tenant's key",
+        ),
+        ({"router_tls_key_file": "/nonexistent/router.key"}, "router_tls_key_file (/nonexistent/router.key) must name"),
     ],
 )
 def test_bad_input_is_refused_with_what_to_change(tmp_path, extra, expected):
     rc, messages, _ = run(tmp_path, **extra)
     assert rc != 0
     assert any(expected in m for m in messages), messages
+    assert not any("0123456789" in m for m in messages)  # a message names variables, never a value

@@ -180,7 +180,12 @@ def kvtier_preflight_credentials(hostvars, groups_, settings):
     clients = []
     if uses_l2 and isinstance(password_var, str) and password_var:
         clients = [(host, password_var, _value(hostvars, host, password_var, problems, secret=True)) for host in spark]
-    problems += credentials.credentials(values + clients)
+    own = [
+        (host, name, _value(hostvars, host, name, problems, secret=True))
+        for host in spark
+        for name in settings.get("spark_credential_vars") or []
+    ]
+    problems += credentials.credentials(values + clients + own)
     server = next((v for v in values if v[1] == settings["l2_server_var"]), None)
     if server is not None:
         problems += credentials.same_secret(server, clients)

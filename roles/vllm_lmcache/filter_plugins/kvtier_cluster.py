@@ -151,14 +151,14 @@ def _import_check(spec, is_node: bool) -> str:
     return code + "; assert torch.cuda.is_available(), 'torch sees no CUDA device'"
 
 
-def vllm_lmcache_services(spec_dict, host, l2_password=None):
+def vllm_lmcache_services(spec_dict, host, l2_password=None, api_key=None):
     """{lmcache, vllm, coordinator}: each {argv, env, secret_env} or None where `host` does not run it."""
     spec, host = _load(spec_dict), str(host)
     is_node = any(n.name == host for n in spec.nodes)
     coordinator = render.coordinator(spec, host)
     return {
         "lmcache": _guard(render.lmcache_server, spec, host, l2_password).to_dict() if is_node else None,
-        "vllm": _guard(render.vllm, spec, host).to_dict() if is_node else None,
+        "vllm": _guard(render.vllm, spec, host, api_key).to_dict() if is_node else None,
         "coordinator": None if coordinator is None else coordinator.to_dict(),
     }
 
@@ -170,7 +170,7 @@ def vllm_lmcache_container_commands(services, spec_dict, settings):
     NFS remount reaches the container), the model read-only for vLLM."""
     spec, settings = _load(spec_dict), dict(settings)
     l3 = [(spec.l3.path, spec.l3.path, "rw,rslave")] if spec.l3 is not None else []
-    model = [(spec.model.path, spec.model.path, "ro")] if spec.model.path is not None else []
+    vllm = [(spec.model.path, spec.model.path, "ro")] if spec.model.path is not None else []
     box = _guard(
         container.Container,
         str(settings["engine"]),
@@ -180,7 +180,7 @@ def vllm_lmcache_container_commands(services, spec_dict, settings):
         str(settings["home"]),
         spec.install.vllm_package == "vllm",
         tuple(str(a) for a in settings.get("run_args") or ()),
-        {"lmcache": tuple(l3), "vllm": tuple(model)},
+        {"lmcache": tuple(l3), "vllm": tuple(vllm)},
     )
     commands = {}
     for service, process in dict(services).items():
