@@ -18,6 +18,7 @@ apt_packages=(
   haproxy                                         # unit tests run the router role's configuration
   shellcheck                                      # make lint checks the shell scripts
   nftables                                        # unit tests check the firewall role's rendered table (nft -c)
+  openssl                                         # the lab router's certificate (a real cluster brings its own)
 )
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
