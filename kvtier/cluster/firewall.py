@@ -22,7 +22,7 @@ NFS_PORT, RPCBIND_PORT, ROCEV2_PORT = 2049, 111, 4791
 class Rule:
     what: str
     proto: str  # tcp or udp
-    port: int
+    port: int | str  # a port, or a range "first-last"
     peers: tuple  # addresses or networks allowed (input: sources; output: destinations)
     owners: tuple = ()  # output rules: the uids allowed to connect
 
@@ -86,6 +86,9 @@ def rules(
         if spec.p2p is not None:
             out.input.append(Rule("LMCache's server: its peers' P2P lookups", "tcp", node.ports.lmcache_zmq, others))
             out.input.append(Rule("NIXL's side channel: its peers", "tcp", node.p2p_advertise_port, others))
+            if spec.p2p.transfer_engine == "nixl":
+                ports = spec.p2p.ucx_tcp_port_range
+                out.input.append(Rule("NIXL's transfers over UCX's TCP transport: its peers", "tcp", ports, others))
         if service_uid is not None:
             owners = (0, service_uid)
             if spec.p2p is not None:

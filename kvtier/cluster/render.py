@@ -230,6 +230,8 @@ def lmcache_server(spec: ClusterSpec, node_name: str, l2_password: str | None = 
             env["UCX_IB_TRAFFIC_CLASS"] = str(node.ucx_traffic_class)
         if p2p.ucx_tls and p2p.transfer_engine == "nixl":
             env["UCX_TLS"] = p2p.ucx_tls
+        if p2p.transfer_engine == "nixl":
+            env["UCX_TCP_PORT_RANGE"] = p2p.ucx_tcp_port_range
         if p2p.nixl_progress_delay_us and p2p.transfer_engine == "nixl":
             # Read by the kvtier_nixl_progress hook that the vllm_lmcache role installs into the venv.
             env[NIXL_PROGRESS_ENV] = str(p2p.nixl_progress_delay_us)

@@ -180,6 +180,7 @@ _P2P_KEYS = (
     "lookup_timeout",
     "load_timeout",
     "ucx_tls",
+    "ucx_tcp_ports",
     "nixl_progress_delay_us",
 )
 _COORDINATOR_KEYS = ("node", "address", "port")
@@ -235,6 +236,9 @@ class SpecError(ValueError):
         self.problems = list(problems)
         super().__init__("invalid kvtier cluster spec:\n- " + "\n- ".join(self.problems))
 
+
+# NIXL's UCX TCP listeners (p2p.ucx_tcp_ports): a fixed range the firewall admits from the other Sparks only.
+UCX_TCP_PORTS = (20100, 20199)
 
 @dataclass(frozen=True)
 class InstallSpec:
@@ -349,6 +353,13 @@ class P2PSpec:
     # nixl 1.5.x's Python API hard-codes 0: the thread never sleeps and keeps a core busy on an idle node.
     # Transfers still wake it at once (it waits on the UCX worker's event descriptor); 0 keeps NIXL's own.
     nixl_progress_delay_us: int = 10000
+    # The ports UCX's TCP transport listens on for NIXL's transfers (UCX_TCP_PORT_RANGE), so the firewall can admit
+    # exactly them, to the other Sparks; by default UCX takes any ephemeral port.
+    ucx_tcp_ports: tuple = UCX_TCP_PORTS
+
+    @property
+    def ucx_tcp_port_range(self) -> str:
+        return f"{self.ucx_tcp_ports[0]}-{self.ucx_tcp_ports[1]}"
 
 
 @dataclass(frozen=True)
@@ -752,10 +763,22 @@ def _parse_p2p(r: Reader, raw_nodes) -> P2PSpec:
         lookup_timeout=r.number("lookup_timeout", 5.0, what="seconds"),
         load_timeout=r.number("load_timeout", 10.0, what="seconds"),
         ucx_tls=r.string("ucx_tls", None, what="a UCX_TLS value such as tcp"),
+        ucx_tcp_ports=_port_range(r, "ucx_tcp_ports", UCX_TCP_PORTS),
         nixl_progress_delay_us=r.integer(
             "nixl_progress_delay_us", 10000, what="microseconds (0: NIXL's busy poll)", minimum=0, maximum=1_000_000
         ),
     )
+
+
+def _port_range(r, key: str, default: tuple) -> tuple:
+    """A "first-last" port range (both from 1024 to 65535, first <= last) as (first, last)."""
+    value = r.string(key, f"{default[0]}-{default[1]}", what="a port range such as 20100-20199")
+    match = re.fullmatch(r"(\d+)-(\d+)", value or "")
+    first, last = (int(match.group(1)), int(match.group(2))) if match else (0, 0)
+    if value is not None and not (1024 <= first <= last <= 65535):
+        r.problems.append(f"{r.name(key)} is {value!r}; give a range of ports such as 20100-20199 (1024 to 65535)")
+        return default
+    return (first, last) if value is not None else default
 
 
 def _check_chunk_block(spec_lmcache: LMCacheSpec, spec_vllm: VLLMSpec, problems: list) -> None:

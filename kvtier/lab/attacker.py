@@ -46,6 +46,21 @@ class Row:
     local_user: str = ""  # the row runs as this local user on `allowed`'s Spark instead of from the attacker
 
 
+def ucx_port(t, node) -> int:
+    """The port UCX's TCP transport listens on for NIXL on `node`: one of the spec's range, or the stage fails (UCX
+    would have taken a port the firewall does not know)."""
+    first, last = t.spec.p2p.ucx_tcp_ports
+    listening = set()
+    for line in t.nodes[node.name].run("ss", "-Hltn").splitlines():
+        fields = line.split()
+        if len(fields) >= 4 and fields[3].rpartition(":")[2].isdigit():
+            listening.add(int(fields[3].rpartition(":")[2]))
+    inside = sorted(p for p in listening if first <= p <= last)
+    if not inside:
+        raise StageFailed(f"{node.name}: nothing listens in UCX's range {first}-{last} (listening: {sorted(listening)})")
+    return inside[0]
+
+
 def rows(t, storage_address: str, router_stats_port: int, login_user: str) -> list:
     spec = t.spec
     first, second = (n for n in spec.nodes[:2])
@@ -64,6 +79,7 @@ def rows(t, storage_address: str, router_stats_port: int, login_user: str) -> li
             second.name,
         ),
         Row("NIXL's side channel", first.data_address, first.p2p_advertise_port, second.name),
+        Row("NIXL's transfers (UCX's TCP listener)", first.data_address, ucx_port(t, first), second.name),
         Row("a Spark's vLLM, around the router", second.data_address, second.ports.vllm_http, "storage"),
         Row("the L2 server (Valkey/Redis)", storage_address, spec.l2.port, first.name),
         Row("the NFS export (L3)", storage_address, 2049, first.name),

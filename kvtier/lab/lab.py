@@ -162,6 +162,9 @@ def inventory(vm: host.VM) -> dict:
         "roce_interface": STORAGE_DATA_NIC,
         "roce_address": f"{STORAGE_DATA_ADDRESS}/{prefix}",
         "nvme_raid_serials": STORAGE_SERIALS,
+        # The export admits each Spark, and the storage node itself: the lab's NFS stage mounts it there (the Spark
+        # containers cannot mount NFS).
+        "nfs_server_clients": [*SPARKS.values(), STORAGE_DATA_ADDRESS],
     }
     # The Sparks: SSH at their lab address with the same key, as Ansible reaches real Sparks.
     spark_hosts = {

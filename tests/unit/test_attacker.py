@@ -5,14 +5,29 @@ import socket
 import subprocess
 import sys
 
+import pytest
+
 from kvtier.cluster import load_spec
 from kvtier.lab import attacker
+from kvtier.lab.stages import StageFailed
 from kvtier.proof.target import Target
 from tests.unit._cluster_data import spec_dict
 
 
+class _Listening:
+    """A Spark as `ss -Hltn` shows it: LMCache's ports, and UCX's listener at `ucx`."""
+
+    def __init__(self, ucx: int):
+        self.ucx = ucx
+
+    def run(self, *argv):
+        assert argv == ("ss", "-Hltn")
+        ports = (5555, 8080, 8500, self.ucx)
+        return "".join(f"LISTEN 0 128 10.10.0.21:{p} 0.0.0.0:*\n" for p in ports) + "LISTEN 0 4096 [::1]:631 [::]:*\n"
+
+
 def test_every_port_is_tried_with_a_source_that_may_reach_it():
-    t = Target(spec=load_spec(spec_dict()), nodes={})
+    t = Target(spec=load_spec(spec_dict()), nodes={"spark01": _Listening(20117)})
     rows = attacker.rows(t, "10.10.0.10", 8404, "kvtier")
     tried = {(r.address, r.port): (r.allowed, r.local_user) for r in rows}
     assert tried[("10.10.0.21", 5555)] in {("spark02", ""), ("spark01", "kvtier")}
@@ -21,7 +36,14 @@ def test_every_port_is_tried_with_a_source_that_may_reach_it():
     assert tried[("10.10.0.10", 6379)] in {("spark01", ""), ("spark01", "kvtier")}
     assert tried[("10.10.0.10", 2049)] == ("spark01", "")
     assert tried[("10.10.0.10", 8404)] == ("host", "")
+    assert tried[("10.10.0.21", 20117)] == ("spark02", "")  # UCX's listener, found in its range
     assert sum(1 for r in rows if r.local_user) == 2
+
+
+def test_a_ucx_listener_outside_its_range_fails_the_stage():
+    t = Target(spec=load_spec(spec_dict()), nodes={"spark01": _Listening(41234)})
+    with pytest.raises(StageFailed, match="nothing listens in UCX's range 20100-20199"):
+        attacker.ucx_port(t, t.spec.nodes[0])
 
 
 def test_the_probe_tells_refused_from_open():

@@ -86,6 +86,7 @@ def test_full_lmcache_server_argv():
         "LMCACHE_TRACK_USAGE": "false",
         "KVTIER_FINGERPRINT": fingerprint(load_spec(spec_dict())),
         "KVTIER_NIXL_PROGRESS_DELAY_US": "10000",
+        "UCX_TCP_PORT_RANGE": "20100-20199",
     }
 
 

@@ -497,3 +497,13 @@ def test_p2p_transfer_package_follows_the_engine_and_must_be_pinned():
         "p2p.transfer_package is 'nixl'; pin it as name==version (e.g. nixl-cu13==1.5.1) so every node runs the same "
         "build"
     )
+
+
+@pytest.mark.parametrize("ports", ["20100", "20199-20100", "80-90", "20100-70000", "a-b"])
+def test_ucx_tcp_ports_must_be_a_range_of_unprivileged_ports(ports):
+    data = spec_dict()
+    data["p2p"]["ucx_tcp_ports"] = ports
+    with pytest.raises(SpecError, match=r"p2p.ucx_tcp_ports is .*; give a range of ports such as 20100-20199"):
+        load_spec(data)
+    data["p2p"]["ucx_tcp_ports"] = "30000-30009"
+    assert load_spec(data).p2p.ucx_tcp_port_range == "30000-30009"

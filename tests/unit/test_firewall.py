@@ -26,6 +26,7 @@ def test_a_spark_admits_its_peers_the_router_and_the_operator_only():
     assert rules[("tcp", 8000)].peers == ("10.10.0.10", "10.10.0.5")
     assert rules[("tcp", 5555)].peers == ("10.10.0.21", "10.10.0.23")  # the other Sparks
     assert rules[("tcp", 8500)].peers == ("10.10.0.21", "10.10.0.23")
+    assert rules[("tcp", "20100-20199")].peers == ("10.10.0.21", "10.10.0.23")  # UCX's TCP listeners for NIXL
     assert ("tcp", 9300) not in rules  # the coordinator runs on spark01
     out = by_port(found.output)
     assert out[("tcp", 5555)].peers == SPARKS and out[("tcp", 5555)].owners == (0, 990)
@@ -82,6 +83,7 @@ def test_the_rendered_table_rejects_what_it_does_not_admit():
     text = _render(firewall.rules(load_spec(spec_dict()), "spark02", STORAGE, ROUTER, service_uid=990))
     assert "tcp dport 5555 ip saddr { 10.10.0.21, 10.10.0.23 } accept\n\t\ttcp dport 5555 reject with tcp reset" in text
     assert "tcp dport 6379 ip daddr { 10.10.0.10 } meta skuid { 0, 990 } accept" in text
+    assert "tcp dport 20100-20199 ip saddr { 10.10.0.21, 10.10.0.23 } accept" in text
     assert text.count("table inet kvtier") == 3  # created if missing, deleted, defined: nothing else is touched
 
 

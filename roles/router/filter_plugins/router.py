@@ -61,6 +61,10 @@ def router_credential_problems(tenants, salt_secret, others=None):
         names.add(name)
         problems += passwords.problems(tenant.get("api_key"), f"router_tenants[{index}].api_key ({name})")
         key = str(tenant.get("api_key") or "")
+        if key.startswith("#"):
+            problems.append(
+                f"router_tenants[{index}].api_key ({name}) starts with '#', which HAProxy's map reads as a comment"
+            )
         if key and key in keys:
             problems.append(
                 f"router_tenants: {keys[key]} and {name} have the same key (one tenant could not be told apart)"
@@ -72,6 +76,14 @@ def router_credential_problems(tenants, salt_secret, others=None):
         if value and str(value) in keys:
             problems.append(f"{variable} is also a tenant's key: give it a value of its own")
     return problems
+
+
+def kvtier_env_quote(value) -> str:
+    """`value` for the inside of a double-quoted value in a systemd EnvironmentFile."""
+    text = str(value)
+    for char in ("\\", '"', "$", "`"):
+        text = text.replace(char, "\\" + char)
+    return text
 
 
 def router_tenant_map(tenants, salt_secret) -> str:
@@ -86,4 +98,5 @@ class FilterModule:
             "router_backends": router_backends,
             "router_credential_problems": router_credential_problems,
             "router_tenant_map": router_tenant_map,
+            "kvtier_env_quote": kvtier_env_quote,
         }
