@@ -240,6 +240,7 @@ class SpecError(ValueError):
 # NIXL's UCX TCP listeners (p2p.ucx_tcp_ports): a fixed range the firewall admits from the other Sparks only.
 UCX_TCP_PORTS = (20100, 20199)
 
+
 @dataclass(frozen=True)
 class InstallSpec:
     venv: str

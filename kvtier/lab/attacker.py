@@ -57,7 +57,9 @@ def ucx_port(t, node) -> int:
             listening.add(int(fields[3].rpartition(":")[2]))
     inside = sorted(p for p in listening if first <= p <= last)
     if not inside:
-        raise StageFailed(f"{node.name}: nothing listens in UCX's range {first}-{last} (listening: {sorted(listening)})")
+        raise StageFailed(
+            f"{node.name}: nothing listens in UCX's range {first}-{last} (listening: {sorted(listening)})"
+        )
     return inside[0]
 
 
