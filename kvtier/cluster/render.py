@@ -105,22 +105,29 @@ def _check_password(spec: ClusterSpec, password) -> str:
     return password
 
 
-def _l2_adapter(spec: ClusterSpec, password: str) -> tuple:
-    """(argv word, secret env) for the L2 tier."""
+def l2_login(spec: ClusterSpec, node_name: str, password: str) -> tuple:
+    """(user, password) the node's LMCache logs in to L2 with: its own ACL user (kvtier.passwords.node_login), from
+    the cluster's L2 secret `password`."""
+    return passwords.node_login(spec.l2.user, node_name, password)
+
+
+def _l2_adapter(spec: ClusterSpec, node: NodeSpec, secret: str) -> tuple:
+    """(argv word, secret env) for the L2 tier, with the node's own login."""
     l2 = spec.l2
+    user, password = l2_login(spec, node.name, secret)
     if l2.adapter == "resp":
         adapter = {"type": "resp", "host": l2.host, "port": l2.port, "num_workers": l2.num_workers}
-        return _json(adapter), {"LMCACHE_RESP_USERNAME": l2.user, "LMCACHE_RESP_PASSWORD": password}
+        return _json(adapter), {"LMCACHE_RESP_USERNAME": user, "LMCACHE_RESP_PASSWORD": password}
     adapter = {
         "type": "valkey",
         "startup_nodes": f"{l2.host}:{l2.port}",
         "num_workers": l2.num_workers,
         "tls_enable": l2.tls_enable,
-        "username": l2.user,
+        "username": user,
         "password": password,
     }
     if spec.install.lmcache_version in VALKEY_SWAPPED_CREDENTIALS:
-        adapter["username"], adapter["password"] = password, l2.user
+        adapter["username"], adapter["password"] = password, user
     # systemd replaces ${NAME} with the variable's value as one argument: the unit file stays free of the
     # secret (the process list does not; spec validation makes that an explicit choice).
     return "${%s}" % VALKEY_ADAPTER_ENV, {VALKEY_ADAPTER_ENV: _json(adapter)}
@@ -196,7 +203,7 @@ def lmcache_server(spec: ClusterSpec, node_name: str, l2_password: str | None = 
     adapters = {}
     if spec.l2 is not None:
         password = _check_password(spec, l2_password)
-        adapters["l2"], secret_env = _l2_adapter(spec, password)
+        adapters["l2"], secret_env = _l2_adapter(spec, node, password)
     if spec.l3 is not None:
         adapters["l3"] = _l3_adapter(spec, node)
     order = load_order.decide(spec)
@@ -236,8 +243,10 @@ def lmcache_server(spec: ClusterSpec, node_name: str, l2_password: str | None = 
             # Read by the kvtier_nixl_progress hook that the vllm_lmcache role installs into the venv.
             env[NIXL_PROGRESS_ENV] = str(p2p.nixl_progress_delay_us)
     argv += list(lmc.extra_server_args)
-    if spec.l2 is not None and len(l2_password) >= 8 and any(l2_password in arg for arg in argv):
-        raise RenderError("internal error: the L2 password ended up in the LMCache server's argv")
+    if spec.l2 is not None:
+        node_password = l2_login(spec, node.name, l2_password)[1]
+        if any(secret in arg for arg in argv for secret in (l2_password, node_password)):
+            raise RenderError("internal error: an L2 password ended up in the LMCache server's argv")
     return ProcessSpec(tuple(argv), env, secret_env)
 
 

@@ -41,13 +41,15 @@ def spark(t: Target, host: str) -> dict:
         parts.append(f"fabric=fabric_state({t.fabric[host]['interfaces']!r})")
     if spec.l2 is not None:
         l2 = (spec.l2.host, spec.l2.port)
+        user, password = render.l2_login(spec, host, t.l2_password or "")
         if t.l2_password:
-            parts.append(f"l2=client_view(*{l2!r}, {spec.l2.user!r}, {t.l2_password!r})")
+            parts.append(f"l2=client_view(*{l2!r}, {user!r}, {password!r})")
         # LMCache's own login too, where it differs from the inventory's (a secrets file changed on the node): the
         # running server's, else the one its unit starts with.
         parts.append(
             f"l2_lmcache=lmcache_l2_view(running_service({t.units['lmcache']!r}).get('pid'), "
-            f"({spec.l2.user!r}, {t.l2_password!r}), lambda u, p: client_view(*{l2!r}, u, p), {t.secrets_file!r})"
+            f"({user!r}, {password if t.l2_password else None!r}), lambda u, p: client_view(*{l2!r}, u, p), "
+            f"{t.secrets_file!r})"
         )
     try:
         return t.nodes[host].python(SPARK_SOURCE, "dict(" + ", ".join(parts) + ")", timeout=120)

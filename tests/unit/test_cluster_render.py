@@ -6,6 +6,8 @@ import pathlib
 
 import pytest
 
+from kvtier import passwords
+
 from kvtier.cluster import (
     RenderError,
     coordinator,
@@ -80,7 +82,10 @@ def test_full_lmcache_server_argv():
         "--p2p-transfer-engine",
         "nixl",
     ]
-    assert process.secret_env == {"LMCACHE_RESP_USERNAME": "lmcache", "LMCACHE_RESP_PASSWORD": PASSWORD}
+    # spark02's own login: its ACL user, and a password derived from the cluster's L2 secret (never the secret).
+    user, password = passwords.node_login("lmcache", "spark02", PASSWORD)
+    assert process.secret_env == {"LMCACHE_RESP_USERNAME": user, "LMCACHE_RESP_PASSWORD": password}
+    assert user == "lmcache-spark02" and len(password) >= 40 and password != PASSWORD
     assert process.env == {
         "DO_NOT_TRACK": "1",
         "LMCACHE_TRACK_USAGE": "false",
@@ -188,8 +193,10 @@ def test_secrets_never_in_argv_or_plain_env():
                 continue
             assert not any(PASSWORD in arg for arg in process["argv"]), name
             assert PASSWORD not in json.dumps(process["env"]), name
-        assert PASSWORD not in json.dumps({k: v for k, v in config.items() if k != "lmcache_server"})
-        assert config["lmcache_server"]["secret_env"]["LMCACHE_RESP_PASSWORD"] == PASSWORD
+        own = passwords.node_login("lmcache", node, PASSWORD)[1]
+        assert not any(own in arg for arg in config["lmcache_server"]["argv"])
+        assert PASSWORD not in json.dumps(config) and own not in json.dumps(config["lmcache_server"]["env"])
+        assert config["lmcache_server"]["secret_env"]["LMCACHE_RESP_PASSWORD"] == own
 
 
 def test_missing_or_bad_l2_password():
@@ -211,15 +218,17 @@ def test_valkey_credentials_swapped_and_kept_out_of_the_unit_argv():
     assert flag(process.argv, "--l2-adapter")[1] == "${KVTIER_L2_ADAPTER_JSON}"
     assert not any(PASSWORD in arg for arg in process.argv)
     adapter = json.loads(process.secret_env["KVTIER_L2_ADAPTER_JSON"])
+    user, password = passwords.node_login("lmcache", "spark01", PASSWORD)
     # lmcache 0.5.6 sends them swapped on the wire, so they are written swapped here.
     assert adapter == {
         "type": "valkey",
         "startup_nodes": "10.10.0.10:6379",
         "num_workers": 8,
         "tls_enable": True,
-        "username": PASSWORD,
-        "password": "lmcache",
+        "username": password,
+        "password": user,
     }
+    assert not any(password in arg for arg in process.argv)
     assert "${KVTIER_L2_ADAPTER_JSON}" in exec_line(process.argv)
 
 

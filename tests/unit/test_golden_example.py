@@ -86,7 +86,7 @@ def test_what_the_example_derives():
     adapters = [json.loads(a) for a in spark["lmcache_server"]["argv"] if a.startswith("{")]
     # L2 at the storage node's data address and kv_store's port, though the example's spec names neither.
     assert {"type": "resp", "host": "10.10.0.10", "port": 6379, "num_workers": 8} in adapters
-    assert spark["lmcache_server"]["secret_env"]["LMCACHE_RESP_USERNAME"] == "lmcache"
+    assert spark["lmcache_server"]["secret_env"]["LMCACHE_RESP_USERNAME"] == "lmcache-spark02"  # its own ACL user
     argv = spark["vllm"]["argv"]
     # (119 GiB - 32 LMCache DRAM - 8 OS) / 119: the share vLLM may claim once LMCache holds its DRAM.
     assert argv[argv.index("--gpu-memory-utilization") + 1] == "0.66"

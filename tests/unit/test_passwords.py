@@ -26,3 +26,13 @@ def test_accepted_and_never_echoed():
     assert passwords.problem("a-generated-password-0123") is None
     assert passwords.problems("a-generated-password-0123", "v") == []
     assert not any("Change-Me" in p for p in passwords.problems("Change-Me", "v"))
+
+
+def test_each_node_login_is_its_own_and_passes_the_policy():
+    first = passwords.node_login("lmcache", "spark01", "cluster-l2-secret-0123456789")
+    second = passwords.node_login("lmcache", "spark02", "cluster-l2-secret-0123456789")
+    assert first[0] == "lmcache-spark01" and second[0] == "lmcache-spark02"
+    assert first[1] != second[1] and passwords.problem(first[1]) is None
+    assert passwords.node_login("lmcache", "spark01", "cluster-l2-secret-0123456789") == first  # stable
+    assert passwords.node_login("lmcache", "spark01", "another-l2-secret-0123456789")[1] != first[1]
+    assert passwords.login_password("cluster-l2-secret-0123456789", "lmcache-spark01") == first[1]

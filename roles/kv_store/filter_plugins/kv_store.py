@@ -22,6 +22,15 @@ def kv_store_password_problems(value, name):
     return passwords.problems(value, str(name))
 
 
+def kv_store_lmcache_logins(secret, user, clients):
+    """[{name, password}]: each Spark's own L2 login (a secret: keep it out of logs)."""
+    logins = (passwords.node_login(str(user), str(client), str(secret)) for client in clients or [])
+    return [{"name": name, "password": password} for name, password in logins]
+
+
 class FilterModule:
     def filters(self):
-        return {"kv_store_password_problems": kv_store_password_problems}
+        return {
+            "kv_store_password_problems": kv_store_password_problems,
+            "kv_store_lmcache_logins": kv_store_lmcache_logins,
+        }

@@ -96,7 +96,8 @@ def vllm_lmcache_facts(spec_dict, host):
             "adapter": spec.l2.adapter,
             "host": spec.l2.host,
             "port": spec.l2.port,
-            "user": spec.l2.user,
+            # This node's own ACL user (kvtier.passwords.node_login); its password derives from password_var's.
+            "user": render.l2_login(spec, host, "")[0] if is_node else spec.l2.user,
             "password_var": spec.l2.password_var,
         },
         "l3_path": None if spec.l3 is None else spec.l3.path,
@@ -209,6 +210,11 @@ def _bool(value) -> bool:
     return value if isinstance(value, bool) else str(value).strip().lower() in ("true", "yes", "1", "on")
 
 
+def kvtier_login_password(secret, name):
+    """The password of L2 ACL user `name` (a node's own login), derived from the cluster's L2 secret."""
+    return passwords.login_password(str(secret), str(name))
+
+
 def vllm_lmcache_password_problems(value, name):
     """kvtier's password policy (kvtier.passwords): [] or one message naming `name`, never the value."""
     return passwords.problems(value, str(name))
@@ -292,6 +298,7 @@ class FilterModule:
             "vllm_lmcache_services": vllm_lmcache_services,
             "vllm_lmcache_password_problems": vllm_lmcache_password_problems,
             "vllm_lmcache_l3_owner": vllm_lmcache_l3_owner,
+            "kvtier_login_password": kvtier_login_password,
             "vllm_lmcache_container_commands": vllm_lmcache_container_commands,
             "kvtier_systemd_exec": kvtier_systemd_exec,
             "kvtier_systemd_env": kvtier_systemd_env,

@@ -8,6 +8,8 @@ import pytest
 import redis
 import testinfra.utils.ansible_runner
 
+from kvtier import passwords
+
 INVENTORY = testinfra.utils.ansible_runner.AnsibleRunner(os.environ["MOLECULE_INVENTORY_FILE"])
 
 
@@ -56,13 +58,19 @@ def address(host):
     return found[0]
 
 
+def lmcache_login(hostvars, secret=None) -> tuple:
+    """The first Spark's own L2 login, as kv_store derives it from the cluster's L2 secret."""
+    user = hostvars.get("kv_store_lmcache_user", "lmcache")
+    return passwords.node_login(
+        user, hostvars["kv_store_lmcache_clients"][0], secret or hostvars["kv_store_lmcache_password"]
+    )
+
+
 def client(address, hostvars, who=None, **kw):
     creds = {}
     if who == "lmcache":
-        creds = {
-            "username": hostvars.get("kv_store_lmcache_user", "lmcache"),
-            "password": hostvars["kv_store_lmcache_password"],
-        }
+        username, password = lmcache_login(hostvars)
+        creds = {"username": username, "password": password}
     elif who == "admin":
         creds = {
             "username": hostvars.get("kv_store_admin_user", "kvtier-admin"),
@@ -93,9 +101,25 @@ def test_default_user_is_disabled(hostvars, address):
         client(address, hostvars, username="default", password=hostvars["kv_store_admin_password"]).ping()
 
 
+def test_each_spark_logs_in_as_itself_and_no_login_is_shared(hostvars, address):
+    user, secret = hostvars.get("kv_store_lmcache_user", "lmcache"), hostvars["kv_store_lmcache_password"]
+    first, second = (passwords.node_login(user, spark, secret) for spark in hostvars["kv_store_lmcache_clients"][:2])
+    assert first[1] != second[1]
+    for name, password in (first, second):
+        assert client(address, hostvars, username=name, password=password).ping()
+    refused = [
+        (user, secret),  # no user shared by every Spark
+        (first[0], second[1]),  # one Spark's password is not another's
+        passwords.node_login(user, "spark-not-in-the-inventory", secret),  # a Spark removed from the clients
+    ]
+    for name, password in refused:
+        with pytest.raises(redis.exceptions.AuthenticationError):
+            client(address, hostvars, username=name, password=password).ping()
+
+
 def test_wrong_password_is_refused(hostvars, address):
     with pytest.raises(redis.exceptions.AuthenticationError):
-        client(address, hostvars, username="lmcache", password="not-the-password-000").ping()
+        client(address, hostvars, username=lmcache_login(hostvars)[0], password="not-the-password-000").ping()
 
 
 def test_lmcache_user_can_store_and_load(hostvars, address):
@@ -176,7 +200,11 @@ def test_listens_only_on_configured_addresses(host, address):
 def test_secrets_are_not_on_disk_in_clear(host, hostvars, flavor):
     acl = host.file(flavor["acl"])
     assert acl.mode == 0o600
-    for secret in (hostvars["kv_store_lmcache_password"], hostvars["kv_store_admin_password"]):
+    for secret in (
+        hostvars["kv_store_lmcache_password"],
+        lmcache_login(hostvars)[1],
+        hostvars["kv_store_admin_password"],
+    ):
         assert secret not in acl.content_string
         assert secret not in host.file(flavor["conf"]).content_string
     assert "user default off" in acl.content_string
