@@ -7,7 +7,6 @@ import pathlib
 import pytest
 
 from kvtier import passwords
-
 from kvtier.cluster import (
     RenderError,
     coordinator,
