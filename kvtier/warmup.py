@@ -12,12 +12,13 @@ import json
 import sys
 import time
 
+from kvtier.nodes.scripts import script
+from kvtier.nodes.target import Target
+from kvtier.nodes.transport import NodeError
 from kvtier.probes import lmcache as lmcache_probe
 from kvtier.probes import warmup as warmup_probe
-from kvtier.proof.nodes import NodeError, source
-from kvtier.proof.target import Target
 
-SOURCE = source(lmcache_probe, warmup_probe)
+SOURCE = script(lmcache_probe, warmup_probe)
 TEXT = "/usr/share/common-licenses/GPL-3"  # on every Debian and Ubuntu host
 NAME = "kvtier warmup"
 
@@ -132,7 +133,7 @@ def table(results: dict) -> list:
 
 def _cmd(args: argparse.Namespace) -> int:
     from kvtier.inventory import Inventory, InventoryError
-    from kvtier.proof.target import TargetError, from_inventory
+    from kvtier.nodes.target import TargetError, from_inventory
 
     log = (lambda line: print(line, file=sys.stderr)) if args.json else print
     try:

@@ -68,7 +68,7 @@ problems:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.kvtier_nfs import ProbeError, mount_facts, problems
+from ansible.module_utils.kvtier_nfs import MountError, mount_facts, problems
 
 
 def main():
@@ -85,7 +85,7 @@ def main():
     params = module.params
     try:
         facts = mount_facts(params["path"])
-    except ProbeError as err:
+    except MountError as err:
         module.fail_json(msg=str(err))
     found = problems(
         facts, allow_tcp=params["allow_tcp"], port=params["port"], vers=params["vers"], io_size=params["io_size"]

@@ -26,7 +26,7 @@ def _ints(text: str) -> list:
 
 def _target(args):
     from kvtier.inventory import Inventory
-    from kvtier.proof.target import from_inventory
+    from kvtier.nodes.target import from_inventory
 
     return from_inventory(Inventory(args.inventory, args.vault_password_file))
 
@@ -71,7 +71,7 @@ def run_ttft(target, out_dir: pathlib.Path, hosts, sizes, iterations, sweeps, ra
 
 def _cmd_ttft(args: argparse.Namespace) -> int:
     from kvtier.inventory import InventoryError
-    from kvtier.proof.target import TargetError
+    from kvtier.nodes.target import TargetError
 
     sweeps = args.sweep or [s for s in ttft.SWEEPS if s != "tiers" or (args.disruptive and not args.endpoint)]
     if "tiers" in sweeps and not args.disruptive:

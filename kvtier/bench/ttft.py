@@ -16,15 +16,16 @@ from __future__ import annotations
 import secrets
 import time
 
+from kvtier.nodes import transport as nodes
+from kvtier.nodes.scripts import script
+from kvtier.nodes.target import Target
+from kvtier.nodes.transport import NodeError
 from kvtier.probes import cpu as cpu_probe
 from kvtier.probes import lmcache as lmcache_probe
 from kvtier.probes import warmup as warmup_probe
-from kvtier.proof import nodes
 from kvtier.proof import tiers as proof_tiers
-from kvtier.proof.nodes import NodeError, source
-from kvtier.proof.target import Target
 
-SOURCE = source(lmcache_probe, warmup_probe, cpu_probe)
+SOURCE = script(lmcache_probe, warmup_probe, cpu_probe)
 SWEEPS = ("context", "hit_rate", "tiers")
 # The series of a TTFT-vs-context plot, in the order a reader compares them.
 SERIES = ("cold", "hit", "l0", "l1", "l2", "l3")

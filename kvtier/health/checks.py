@@ -6,8 +6,8 @@ import concurrent.futures
 
 from kvtier.cluster import fingerprint, load_order, render
 from kvtier.health import gather
+from kvtier.nodes.target import Target
 from kvtier.probes import health as h
-from kvtier.proof.target import Target
 
 
 def expectations(t: Target, host: str) -> dict:

@@ -12,8 +12,8 @@ import time
 def _cmd_health(args: argparse.Namespace) -> int:
     from kvtier.health import checks, report
     from kvtier.inventory import Inventory, InventoryError
+    from kvtier.nodes.target import TargetError, from_inventory
     from kvtier.probes import health as h
-    from kvtier.proof.target import TargetError, from_inventory
 
     try:
         target = from_inventory(Inventory(args.inventory, args.vault_password_file))

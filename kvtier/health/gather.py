@@ -7,16 +7,17 @@ gatherers), the same code the Ansible modules ship as module_utils; LMCache's AP
 from __future__ import annotations
 
 from kvtier.cluster import render
+from kvtier.nodes.scripts import script
+from kvtier.nodes.target import Target
+from kvtier.nodes.transport import NodeError
 from kvtier.probes import health as health_probe
 from kvtier.probes import lmcache as lmcache_probe
 from kvtier.probes import nfs as nfs_probe
 from kvtier.probes import nvme as nvme_probe
 from kvtier.probes import resp as resp_probe
-from kvtier.proof.nodes import NodeError, source
-from kvtier.proof.target import Target
 
-SPARK_SOURCE = source(lmcache_probe, resp_probe, nfs_probe, health_probe)
-STORAGE_SOURCE = source(nvme_probe, health_probe)
+SPARK_SOURCE = script(lmcache_probe, resp_probe, nfs_probe, health_probe)
+STORAGE_SOURCE = script(nvme_probe, health_probe)
 
 
 def spark(t: Target, host: str) -> dict:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import hashlib
-import inspect
 import json
 import os
 import pathlib
@@ -35,9 +34,12 @@ from kvtier.inventory import Inventory, InventoryError
 from kvtier.lab import attacker, authn, credentials, day2, fabric, load_faults, sparks, standin
 from kvtier.lab.runner import run_playbook
 from kvtier.lab.stages import StageFailed, Stages
+from kvtier.nodes import target
+from kvtier.nodes import transport as nodes
+from kvtier.nodes.scripts import script
 from kvtier.probes import cpu as cpu_probe
 from kvtier.probes import health as health_probe
-from kvtier.proof import canary, nodes, target, tiers
+from kvtier.proof import canary, tiers
 from kvtier.vm import host, image
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -134,7 +136,7 @@ BENCH_FILES = ("ttft.json", "ttft.csv", "ttft.png", "ttft.html", "storage.json",
 IDLE_SECONDS = 30.0
 IDLE_AIM_PERCENT = 5.0
 IDLE_LIMIT_PERCENT = 25.0
-_CPU_PROBE = inspect.getsource(cpu_probe)
+_CPU_PROBE = script(cpu_probe)
 _LAB_ERRORS = (
     StageFailed,
     bench_ttft.BenchError,

@@ -75,7 +75,7 @@ NOT_RDMA = (
 )
 
 
-class ProbeError(Exception):
+class MountError(Exception):
     """The system cannot be probed; the message says what to fix."""
 
 
@@ -257,7 +257,7 @@ def read(path):
         with open(path, encoding="utf-8", errors="replace") as handle:
             return handle.read()
     except OSError as err:
-        raise ProbeError("cannot read %s: %s" % (path, err)) from err
+        raise MountError("cannot read %s: %s" % (path, err)) from err
 
 
 def mount_facts(path, mounts_path=MOUNTS, mountstats_path=MOUNTSTATS):

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import secrets
 
+from kvtier.nodes.scripts import script
+from kvtier.nodes.transport import NodeError
 from kvtier.probes import health as h
 from kvtier.probes import lmcache as lmcache_probe
 from kvtier.probes import resp as resp_probe
-from kvtier.proof.nodes import NodeError, source
 from kvtier.proof.tiers import ProofError
 
-_PROBES = source(lmcache_probe, resp_probe)
+_PROBES = script(lmcache_probe, resp_probe)
 CHUNKS = 3  # full chunks per canary prompt: enough to show a load, small enough to cost nothing
 CODES = {"l0": "CANARY_L0", "l1": "CANARY_P2P", "l2": "CANARY_L2", "l3": "CANARY_L3"}
 HEALTH_TIER = {"l0": "l0", "l1": "l1_p2p", "l2": "l2", "l3": "l3"}

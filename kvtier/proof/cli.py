@@ -11,7 +11,7 @@ from kvtier.proof import tiers
 
 def _cmd_prove(args: argparse.Namespace) -> int:
     from kvtier.inventory import Inventory, InventoryError
-    from kvtier.proof.target import TargetError, from_inventory
+    from kvtier.nodes.target import TargetError, from_inventory
 
     # Without leave to disturb, the default is what never disturbs: L0.
     wanted = args.tier or (list(tiers.TIERS) if args.disruptive else ["l0"])

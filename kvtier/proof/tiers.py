@@ -18,16 +18,16 @@ probe code the Ansible modules use.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import re
 import secrets
 import time
 
 from kvtier.cluster import render
+from kvtier.nodes.scripts import script
+from kvtier.nodes.target import Target
+from kvtier.nodes.transport import NodeError
 from kvtier.probes import lmcache as lmcache_probe
 from kvtier.probes import resp as resp_probe
-from kvtier.proof.nodes import NodeError
-from kvtier.proof.target import Target
 
 TIERS = ("l0", "l1", "l2", "l3")
 TIER_NAMES = {"l0": "L0 local DRAM", "l1": "L1 peer (P2P)", "l2": "L2 remote memory", "l3": "L3 NVMe pool"}
@@ -39,8 +39,8 @@ DISRUPTIVE = {
     "l1": "flushes the whole L2 store (FLUSHALL) and deletes the L3 files written during the proof",
 }
 TEXT = "/usr/share/common-licenses/GPL-3"  # on every Debian and Ubuntu host: a long, stable prompt body
-_LMCACHE = inspect.getsource(lmcache_probe)
-_RESP = inspect.getsource(resp_probe)
+_LMCACHE = script(lmcache_probe)
+_RESP = script(resp_probe)
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _SOURCE = re.compile(r"\s*\([\w./]+\.py:\d+:[\w.]+\)$")  # LMCache ends each line with (file.py:line:module)
 

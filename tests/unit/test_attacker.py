@@ -10,7 +10,7 @@ import pytest
 from kvtier.cluster import load_spec
 from kvtier.lab import attacker
 from kvtier.lab.stages import StageFailed
-from kvtier.proof.target import Target
+from kvtier.nodes.target import Target
 from tests.unit._cluster_data import spec_dict
 
 

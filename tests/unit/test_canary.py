@@ -14,10 +14,11 @@ import threading
 import pytest
 
 from kvtier.cluster import load_spec
+from kvtier.nodes import transport as nodes
+from kvtier.nodes.target import Target
 from kvtier.probes import health as h
 from kvtier.probes import lmcache
-from kvtier.proof import canary, nodes
-from kvtier.proof.target import Target
+from kvtier.proof import canary
 from tests.unit._cluster_data import spec_dict
 
 CHUNK = 32

@@ -12,11 +12,11 @@ import pytest
 
 from kvtier.cluster import load_spec
 from kvtier.health import checks, gather, report
+from kvtier.nodes.target import Target
+from kvtier.nodes.transport import Node
 from kvtier.probes import health as h
 from kvtier.probes import lmcache as lmcache_probe
 from kvtier.probes import nfs as nfs_probe
-from kvtier.proof.nodes import Node
-from kvtier.proof.target import Target
 from tests.unit._cluster_data import spec_dict
 from tests.unit.test_lmcache_probe import server  # noqa: F401  (the recorded LMCache/vLLM endpoints)
 from tests.unit.test_resp_probe import redis_server  # noqa: F401  (a real redis-server with an ACL user)

@@ -5,7 +5,7 @@ import pathlib
 import pytest
 
 from kvtier.inventory import Inventory, InventoryError
-from kvtier.proof.target import TargetError, from_inventory
+from kvtier.nodes.target import TargetError, from_inventory
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures" / "inventories"
 

@@ -101,8 +101,8 @@ def test_bad_xprt_line_is_rejected():
         nfs.parse_xprt("opts: rw")
 
 
-def test_unreadable_proc_file_is_a_probe_error(tmp_path):
-    with pytest.raises(nfs.ProbeError, match="cannot read"):
+def test_unreadable_proc_file_is_a_mount_error(tmp_path):
+    with pytest.raises(nfs.MountError, match="cannot read"):
         nfs.mount_facts(MNT, mounts_path=str(tmp_path / "none"), mountstats_path=str(tmp_path / "none"))
 
 

@@ -7,9 +7,10 @@ import threading
 import pytest
 
 from kvtier.cluster import load_spec
+from kvtier.nodes import transport as nodes
+from kvtier.nodes.target import Target
 from kvtier.proof import cli as proof_cli
-from kvtier.proof import nodes, tiers
-from kvtier.proof.target import Target
+from kvtier.proof import tiers
 from tests.unit._cluster_data import spec_dict
 
 
@@ -228,7 +229,7 @@ def test_kvtier_prove_without_leave_to_disturb_proves_l0_only(monkeypatch, capsy
             return [hit("l0", 1632, 1632)]
 
     monkeypatch.setattr(proof_cli.tiers, "Proof", Recorder)
-    monkeypatch.setattr("kvtier.proof.target.from_inventory", lambda inventory: None)
+    monkeypatch.setattr("kvtier.nodes.target.from_inventory", lambda inventory: None)
     monkeypatch.setattr("kvtier.inventory.Inventory", lambda path, vault=None: None)
     parser = __import__("kvtier.cli", fromlist=["build_parser"]).build_parser()
     assert proof_cli._cmd_prove(parser.parse_args(["prove", "-i", "inv"])) == 0

@@ -12,7 +12,7 @@ from kvtier.cluster import cluster_from_hostvars, derive, endpoints, load_spec
 from kvtier.cluster.render import tier_adapters
 from kvtier.cluster.spec import NODE_KEYS, ClusterSpec, SpecError
 from kvtier.inventory import Inventory, InventoryError
-from kvtier.proof import nodes
+from kvtier.nodes import transport as nodes
 
 SPARK_GROUP = derive.SPARK_GROUP
 # The systemd units the vllm_lmcache role installs (roles/vllm_lmcache/vars/main.yml).

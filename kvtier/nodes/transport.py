@@ -8,20 +8,12 @@ for the lab's Spark containers, ``ssh`` (with the inventory's user, port, key an
 
 from __future__ import annotations
 
-import inspect
 import json
-import re
 import shlex
 import subprocess
 from collections.abc import Mapping
 
 PODMAN_CONNECTIONS = ("containers.podman.podman", "podman")
-_FUTURE = re.compile(r"^from __future__ import .*$", re.M)
-
-
-def source(*modules) -> str:
-    """One script from several probe modules, for Node.python (a __future__ import is legal only at its top)."""
-    return "from __future__ import annotations\n" + "\n".join(_FUTURE.sub("", inspect.getsource(m)) for m in modules)
 
 
 class NodeError(Exception):
@@ -55,10 +47,11 @@ class Node:
             )
         return proc.stdout
 
-    def python(self, source: str, expression: str, timeout: float = 600):
-        """Evaluate `expression` after `source` (standard-library Python) on the node; JSON-decoded result."""
-        script = f"{source}\nimport json as _json\nprint(_json.dumps({expression}))\n"
-        return json.loads(self.run("python3", "-", stdin=script, timeout=timeout))
+    def python(self, script: str, expression: str, timeout: float = 600):
+        """Evaluate `expression` after `script` (standard-library Python, see kvtier.nodes.scripts) on the node;
+        its JSON-decoded result."""
+        text = f"{script}\nimport json as _json\nprint(_json.dumps({expression}))\n"
+        return json.loads(self.run("python3", "-", stdin=text, timeout=timeout))
 
     def __repr__(self) -> str:
         return f"Node({self.name!r})"
