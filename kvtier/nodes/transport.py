@@ -23,14 +23,18 @@ class NodeError(Exception):
 class Node:
     """One host: `run()` a command there, `python()` a snippet there."""
 
-    def __init__(self, name: str, prefix: list, *, remote_shell: bool = False, become: bool = False):
+    def __init__(
+        self, name: str, prefix: list, *, remote_shell: bool = False, become: bool = False, become_user: str = ""
+    ):
         self.name = name
         self._prefix = list(prefix)
         self._remote_shell = remote_shell  # ssh hands the command to a shell: quote every word
         self._become = become
+        self._become_user = become_user
 
     def argv(self, *command: str) -> list:
-        command = (["sudo", "-n"] if self._become else []) + list(command)
+        sudo = ["sudo", "-n"] + (["-u", self._become_user] if self._become_user else [])
+        command = (sudo if self._become else []) + list(command)
         if self._remote_shell:
             return self._prefix + [shlex.join(command)]
         return self._prefix + command
@@ -69,6 +73,7 @@ def ssh(
     key: str | None = None,
     extra: str = "",
     become: bool = False,
+    become_user: str = "",
 ) -> Node:
     prefix = ["ssh", "-o", "BatchMode=yes"] + shlex.split(extra or "")
     if port:
@@ -76,7 +81,7 @@ def ssh(
     if key:
         prefix += ["-i", key]
     prefix.append(f"{user}@{host}" if user else host)
-    return Node(name, prefix, remote_shell=True, become=become)
+    return Node(name, prefix, remote_shell=True, become=become, become_user=become_user)
 
 
 def local(name: str) -> Node:
@@ -97,6 +102,8 @@ def from_hostvars(name: str, hostvars: Mapping) -> Node:
         )
     extra = " ".join(str(hostvars[k]) for k in ("ansible_ssh_common_args", "ansible_ssh_extra_args") if hostvars.get(k))
     become = str(hostvars.get("ansible_become", False)).lower() in ("true", "yes", "1")
+    if become:
+        _check_become(name, hostvars)
     return ssh(
         name,
         address,
@@ -105,4 +112,22 @@ def from_hostvars(name: str, hostvars: Mapping) -> Node:
         hostvars.get("ansible_ssh_private_key_file") or hostvars.get("ansible_private_key_file"),
         extra,
         become=become,
+        become_user=""
+        if str(hostvars.get("ansible_become_user") or "root") == "root"
+        else hostvars["ansible_become_user"],
     )
+
+
+def _check_become(name: str, hostvars: Mapping) -> None:
+    """kvtier's probes become root with `sudo -n`: refuse, before any command, what that cannot honour."""
+    method = str(hostvars.get("ansible_become_method") or "sudo")
+    if method not in ("sudo", "ansible.builtin.sudo"):
+        raise NodeError(
+            f"{name}: ansible_become_method {method!r}: kvtier's probes become root with sudo only; "
+            "give the login user sudo, or run the playbook form of the command (playbooks/health.yml)"
+        )
+    if hostvars.get("ansible_become_password") or hostvars.get("ansible_become_pass"):
+        raise NodeError(
+            f"{name}: a become password is set: kvtier's probes run `sudo -n` and never type a password; "
+            "allow the login user passwordless sudo, or run the playbook form of the command (playbooks/health.yml)"
+        )

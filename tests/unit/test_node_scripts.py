@@ -94,3 +94,28 @@ def test_a_public_name_two_modules_define_is_refused(tmp_path, monkeypatch):
 def test_defined_names_lists_every_definition():
     text = "import os\nA = 1\nB: int = 2\nA += 1\nx, (y, z) = 1, (2, 3)\ndef f(): pass\nclass C: pass\ndef f(): pass\n"
     assert scripts.defined_names(text) == ["A", "B", "x", "y", "z", "f", "C", "f"]
+
+
+SSH_HOST = {"ansible_host": "10.0.0.5", "ansible_user": "ops", "ansible_port": 2222, "ansible_become": True}
+
+
+def test_an_ssh_node_is_reached_as_the_inventory_says():
+    node = transport.from_hostvars("spark01", {**SSH_HOST, "ansible_ssh_common_args": "-o ProxyJump=bastion"})
+    argv = node.argv("python3", "-")
+    assert argv[:4] == ["ssh", "-o", "BatchMode=yes", "-o"] and "ProxyJump=bastion" in argv
+    assert argv[-2:] == ["ops@10.0.0.5", "sudo -n python3 -"] and argv[argv.index("-p") + 1] == "2222"
+    other = transport.from_hostvars("spark01", {**SSH_HOST, "ansible_become_user": "kvtier-svc"})
+    assert other.argv("id")[-1] == "sudo -n -u kvtier-svc id"
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        ({"ansible_become_method": "su"}, "become root with sudo only"),
+        ({"ansible_become_password": "secret"}, "never type a password"),
+    ],
+)
+def test_a_become_the_probes_cannot_honour_is_refused(extra, message):
+    with pytest.raises(transport.NodeError, match=message) as caught:
+        transport.from_hostvars("spark01", {**SSH_HOST, **extra})
+    assert "secret" not in str(caught.value)
