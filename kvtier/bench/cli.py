@@ -100,16 +100,17 @@ def _cmd_ttft(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_storage(inventory: str, out_dir: pathlib.Path, size: str, runtime: int, out=print) -> list:
-    """playbooks/bench.yml on the cluster; the analysis's files in out_dir. Returns the paths written."""
-    from kvtier.lab.runner import run_playbook
+def run_storage(inventory: str, out_dir: pathlib.Path, size: str, runtime: int, out=print, env=None) -> list:
+    """playbooks/bench.yml on the cluster; the analysis's files in out_dir. Returns the paths written.
+    `env` is added to the playbook's environment (the lab's strategy; an operator's run adds nothing)."""
+    from kvtier.runner import run_playbook
 
     out_dir.mkdir(parents=True, exist_ok=True)
     for old in out_dir.glob("storage-*.json"):
         old.unlink()  # a host left out of this run must not be reported from an earlier one
     extravars = {"bench_output_dir": str(out_dir.resolve()), "bench_fio_size": size, "bench_fio_runtime": runtime}
     inventory = str(pathlib.Path(inventory).resolve())  # ansible-runner runs from its own directory
-    ok, _, seconds, failures = run_playbook(REPO, "bench.yml", inventory, out=out, extravars=extravars)
+    ok, _, seconds, failures = run_playbook(REPO, "bench.yml", inventory, out=out, extravars=extravars, env=env)
     if not ok:
         raise ttft.BenchError("bench.yml failed: " + ("; ".join(failures) or "see its output"))
     records = storage.read_records(out_dir)

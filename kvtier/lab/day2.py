@@ -18,8 +18,8 @@ import yaml
 
 from kvtier.bench.stream import Background, ClientStream, summarize
 from kvtier.lab import credentials
-from kvtier.lab.runner import run_playbook
 from kvtier.lab.stages import StageFailed
+from kvtier.lab.strategy import run_playbook
 from kvtier.probes import router as router_probe
 
 REPO = pathlib.Path(__file__).resolve().parents[2]

@@ -32,8 +32,8 @@ from kvtier.health import checks as health_checks
 from kvtier.health import report as health_report
 from kvtier.inventory import Inventory, InventoryError
 from kvtier.lab import attacker, authn, credentials, day2, fabric, load_faults, sparks, standin
-from kvtier.lab.runner import run_playbook
 from kvtier.lab.stages import StageFailed, Stages
+from kvtier.lab.strategy import run_playbook, strategy_env
 from kvtier.nodes import target
 from kvtier.nodes import transport as nodes
 from kvtier.nodes.scripts import script
@@ -857,7 +857,7 @@ def _warmup_and_bench(out) -> str:
     written = bench.run_ttft(
         proof_target(), BENCH_DIR, ["spark01"], BENCH_SIZES, 1, bench_ttft.SWEEPS, BENCH_RATES, out=out
     )
-    written += bench.run_storage(str(INVENTORY), BENCH_DIR, "64M", 3, out=out)
+    written += bench.run_storage(str(INVENTORY), BENCH_DIR, "64M", 3, out=out, env=strategy_env())
     missing = [f for f in BENCH_FILES if not (BENCH_DIR / f).is_file() or not (BENCH_DIR / f).stat().st_size]
     points = json.loads((BENCH_DIR / "ttft.json").read_text())["results"][0]["points"]
     unproven = sorted(

@@ -1,12 +1,12 @@
-"""The lab's playbook runner: counts changes, reports failures, and in check mode changes nothing."""
+"""The playbook runner: counts changes, reports failures, in check mode changes nothing, adds no lab settings."""
 
 import pathlib
 import subprocess
 import sys
 import textwrap
 
-from kvtier.lab.runner import run_playbook
 from kvtier.lab.strategy import strategy_env
+from kvtier.runner import run_playbook
 
 
 def make_project(tmp_path, tasks: str):
@@ -160,3 +160,52 @@ def test_a_report_shows_its_lines_also_when_it_loops(tmp_path):
         line for line in shown if line.endswith(("line", "in full"))
     ]
     assert "All items completed" not in shown
+
+
+LAB_SETTINGS = ("ANSIBLE_STRATEGY", "ANSIBLE_STRATEGY_PLUGINS", "ANSIBLE_HOST_KEY_CHECKING", "ANSIBLE_TIMEOUT")
+
+
+def test_an_operator_run_gets_no_lab_setting(tmp_path, monkeypatch):
+    for name in (*LAB_SETTINGS, "ANSIBLE_CONFIG", "KVTIER_LAB_MITOGEN"):
+        monkeypatch.delenv(name, raising=False)
+    assert strategy_env(), "Mitogen is installed here: the lab would ask for it"
+    inventory = make_project(
+        tmp_path,
+        """\
+        - name: Report the strategy and configuration
+          ansible.builtin.debug:
+            msg: "{{ lookup('env', 'ANSIBLE_STRATEGY') or 'none' }} {{ lookup('env', 'ANSIBLE_CONFIG') }}"
+        """,
+    )
+    lines = []
+    assert run_playbook(tmp_path, "site.yml", inventory, out=lines.append)[0]
+    assert f"none {tmp_path / 'ansible.cfg'}" in [line.strip() for line in lines]
+    # The operator's own configuration is the one used.
+    mine = tmp_path / "mine.cfg"
+    mine.write_text("[defaults]\nstdout_callback = default\n")
+    monkeypatch.setenv("ANSIBLE_CONFIG", str(mine))
+    lines.clear()
+    assert run_playbook(tmp_path, "site.yml", inventory, out=lines.append)[0]
+    assert f"none {mine}" in [line.strip() for line in lines]
+    # The lab asks for its strategy explicitly.
+    lines.clear()
+    assert run_playbook(tmp_path, "site.yml", inventory, out=lines.append, env={"ANSIBLE_STRATEGY": "linear"})[0]
+    assert f"linear {mine}" in [line.strip() for line in lines]
+
+
+def test_kvtier_bench_storage_passes_no_lab_setting(tmp_path, monkeypatch):
+    from kvtier.bench import cli as bench_cli
+
+    seen = {}
+
+    def fake_run(**kwargs):
+        seen.update(kwargs["envvars"])
+        raise SystemExit(0)
+
+    monkeypatch.setattr("kvtier.runner.ansible_runner.run", fake_run)
+    inventory = make_project(tmp_path, "[]")
+    try:
+        bench_cli.run_storage(str(inventory), tmp_path / "out", "1M", 1, out=lambda _: None)
+    except SystemExit:
+        pass
+    assert seen and not set(LAB_SETTINGS) & set(seen)

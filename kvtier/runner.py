@@ -1,7 +1,8 @@
-"""Run a playbook through ansible-runner and print one readable line per task result.
+"""Run one of kvtier's playbooks through ansible-runner, as `ansible-playbook` would, one readable line per task.
 
-The lab runs its playbooks with Mitogen's linear strategy (see kvtier/lab/strategy.py); KVTIER_LAB_MITOGEN=0 runs
-stock Ansible's, as real clusters get by default.
+An operator's command gets the operator's Ansible: the configuration `ANSIBLE_CONFIG` names (kvtier's own
+ansible.cfg otherwise) and the environment as it is. Whatever else a caller wants (the lab's Mitogen strategy,
+kvtier/lab/strategy.py) it passes as `env`; nothing is added by default.
 """
 
 from __future__ import annotations
@@ -10,11 +11,10 @@ import collections
 import os
 import pathlib
 import sys
+import tempfile
 import time
 
 import ansible_runner
-
-from kvtier.lab.strategy import strategy_env
 
 _STATUS = {
     "runner_on_ok": "ok",
@@ -82,41 +82,41 @@ def run_playbook(
     extravars=None,
     check: bool = False,
     changes: list | None = None,
+    env: dict | None = None,
 ):
     """Run repo/playbooks/<playbook>; return (ok, changed task count, seconds, failure messages).
-    `changes`, when given, receives "host: task" for every task that changed something."""
+    `changes`, when given, receives "host: task" for every task that changed something; `env` is added to the
+    playbook's environment."""
     progress = _Progress(out)
     started = time.monotonic()
-    private = repo / ".cache" / "runner"
-    private.mkdir(parents=True, exist_ok=True)
-    # ansible-runner keeps the command line in env/cmdline and reuses it when none is given: without this,
-    # a `lab up --check` would turn every later run into a check.
-    (private / "env" / "cmdline").unlink(missing_ok=True)
-    result = ansible_runner.run(
-        private_data_dir=str(private),
-        project_dir=str(repo),
-        playbook=str(repo / "playbooks" / playbook),
-        inventory=str(inventory),
-        extravars=extravars or {},
-        cmdline="--check --diff" if check else None,
-        # ansible-playbook from the venv kvtier runs in, also when that venv is not on PATH.
-        envvars={
-            "ANSIBLE_CONFIG": str(repo / "ansible.cfg"),
-            "ANSIBLE_NOCOLOR": "1",
-            "PATH": os.pathsep.join([str(pathlib.Path(sys.executable).parent), os.environ.get("PATH", "")]),
-            **strategy_env(),
-        },
-        event_handler=progress,
-        quiet=True,
-    )
-    failures = progress.failures
+    # A private directory of this run alone: ansible-runner writes envvars and extravars there on a first run
+    # and reads them back on every later one, so a shared one would hand one run's settings to the next.
+    with tempfile.TemporaryDirectory(prefix="kvtier-runner-") as private:
+        result = ansible_runner.run(
+            private_data_dir=private,
+            project_dir=str(repo),
+            playbook=str(repo / "playbooks" / playbook),
+            inventory=str(inventory),
+            extravars=extravars or {},
+            cmdline="--check --diff" if check else None,
+            # ansible-playbook from the venv kvtier runs in, also when that venv is not on PATH.
+            envvars={
+                "ANSIBLE_CONFIG": os.environ.get("ANSIBLE_CONFIG") or str(repo / "ansible.cfg"),
+                "ANSIBLE_NOCOLOR": "1",
+                "PATH": os.pathsep.join([str(pathlib.Path(sys.executable).parent), os.environ.get("PATH", "")]),
+                **(env or {}),
+            },
+            event_handler=progress,
+            quiet=True,
+        )
+        failures = progress.failures
+        if result.rc != 0 and not failures:  # it stopped before any task: a syntax error, a missing command
+            lines = [line for line in result.stdout.read().splitlines() if line.strip()]
+            failures = (
+                [line for line in lines if line.startswith(("[ERROR]", "ERROR!", "Origin:"))]
+                or lines[-5:]
+                or [f"ansible-playbook exited with {result.rc} ({result.status})"]
+            )
     if changes is not None:
         changes.extend(progress.changed_tasks)
-    if result.rc != 0 and not failures:  # it stopped before any task: a syntax error, a missing command
-        lines = [line for line in result.stdout.read().splitlines() if line.strip()]
-        failures = (
-            [line for line in lines if line.startswith(("[ERROR]", "ERROR!", "Origin:"))]
-            or lines[-5:]
-            or [f"ansible-playbook exited with {result.rc} ({result.status})"]
-        )
     return result.rc == 0, progress.changed, time.monotonic() - started, failures
