@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
 from kvtier import __version__, images, model, model_staging, warmup, wheelhouse
@@ -91,9 +92,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# What a shell reports for a command whose reader went away (128 + SIGPIPE).
+CLOSED_PIPE = 141
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Exit statuses: kvtier.exits (0 good, 1 failed, 2 bad usage or input, 3 refused without consent)."""
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        status = args.func(args)
+        sys.stdout.flush()  # within reach of the except below: a closed pipe shows here, not at exit
+        return status
+    except BrokenPipeError:
+        # `kvtier health | head -1`: the reader has all it wanted. Nothing more can be said, and no traceback;
+        # stdout goes to /dev/null so that Python's own flush at exit does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return CLOSED_PIPE
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import json
 import sys
 import time
 
+from kvtier import exits
 from kvtier.nodes.scripts import script
 from kvtier.nodes.target import Target
 from kvtier.nodes.transport import NodeError
@@ -140,16 +141,16 @@ def _cmd(args: argparse.Namespace) -> int:
         entries = (load_corpus(args.corpus) if args.corpus else []) + warmup_probe.length_entries(
             args.lengths or [], args.repeat
         )
-        target = from_inventory(Inventory(args.inventory, args.vault_password_file))
+        target = from_inventory(Inventory(exits.inventory(args.inventory), args.vault_password_file))
         hosts = args.host or list(target.nodes)
         unknown = [h for h in hosts if h not in target.nodes]
         if unknown:
             raise WarmupError(f"not Sparks of this inventory: {', '.join(unknown)}")
         warmup = Warmup(target, log, args.concurrency, args.store_timeout)
         results = {h: warmup.run(h, entries, replay=not args.no_replay) for h in hosts}
-    except (OSError, WarmupError, InventoryError, TargetError) as exc:
+    except (OSError, WarmupError, InventoryError, TargetError, exits.NoInventory) as exc:
         print(f"kvtier warmup: {exc}", file=sys.stderr)
-        return 2
+        return exits.BAD_INPUT
     print(json.dumps(results, indent=2) if args.json else "\n".join(table(results)))
     found = [f"{h}: {line}" for h, r in results.items() for line in warmup_probe.problems(r, args.store_timeout)]
     for line in found:
@@ -171,7 +172,7 @@ def register(sub) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("-i", "--inventory", required=True, help="the inventory the cluster was provisioned with")
+    exits.add_inventory_argument(parser)
     parser.add_argument("--corpus", help="JSON lines: {'prompt': text} or {'tokens': N, 'id': name}")
     parser.add_argument("--lengths", type=_lengths, help="documents of these token lengths, e.g. 512,1024,1536")
     parser.add_argument("--repeat", type=int, default=1, help="documents per length (default 1)")

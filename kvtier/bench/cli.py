@@ -8,6 +8,7 @@ import pathlib
 import sys
 import time
 
+from kvtier import exits
 from kvtier.bench import files, storage, ttft
 from kvtier.probes import cpu
 from kvtier.proof import tiers as proof_tiers
@@ -28,7 +29,7 @@ def _target(args):
     from kvtier.inventory import Inventory
     from kvtier.nodes.target import from_inventory
 
-    return from_inventory(Inventory(args.inventory, args.vault_password_file))
+    return from_inventory(Inventory(exits.inventory(args.inventory), args.vault_password_file))
 
 
 def _notes(machine: dict, extra: list) -> list:
@@ -81,7 +82,7 @@ def _cmd_ttft(args: argparse.Namespace) -> int:
             + "); pass --disruptive to allow it",
             file=sys.stderr,
         )
-        return 2
+        return exits.REFUSED
     try:
         if args.endpoint:
             key = os.environ.get(API_KEY_ENV, "")
@@ -90,12 +91,16 @@ def _cmd_ttft(args: argparse.Namespace) -> int:
         else:
             bench, target = None, _target(args)
             hosts = args.host or list(target.nodes)[:1]
+    except (InventoryError, TargetError, exits.NoInventory) as exc:
+        print(f"kvtier bench ttft: {exc}", file=sys.stderr)
+        return exits.BAD_INPUT
+    try:
         written = run_ttft(
             target, pathlib.Path(args.out), hosts, args.sizes, args.iterations, sweeps, args.rates, bench=bench
         )
-    except (InventoryError, TargetError, ttft.BenchError, proof_tiers.ProofError, OSError) as exc:
+    except (ttft.BenchError, proof_tiers.ProofError, OSError) as exc:
         print(f"kvtier bench ttft: {exc}", file=sys.stderr)
-        return 1
+        return exits.FAILED
     print("wrote " + ", ".join(str(p) for p in written))
     return 0
 
@@ -135,7 +140,12 @@ def run_storage(inventory: str, out_dir: pathlib.Path, size: str, runtime: int, 
 
 def _cmd_storage(args: argparse.Namespace) -> int:
     try:
-        written = run_storage(args.inventory, pathlib.Path(args.out), args.size, args.runtime)
+        inventory = exits.inventory(args.inventory)
+    except exits.NoInventory as exc:
+        print(f"kvtier bench storage: {exc}", file=sys.stderr)
+        return exits.BAD_INPUT
+    try:
+        written = run_storage(inventory, pathlib.Path(args.out), args.size, args.runtime)
     except (ttft.BenchError, OSError, ValueError, KeyError) as exc:
         print(f"kvtier bench storage: {exc}", file=sys.stderr)
         return 1
@@ -153,8 +163,8 @@ def register(sub) -> None:
         description=ttft.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    where = t.add_mutually_exclusive_group(required=True)
-    where.add_argument("-i", "--inventory", help="the inventory the cluster was provisioned with")
+    where = t.add_mutually_exclusive_group()
+    exits.add_inventory_argument(where)
     where.add_argument(
         "--endpoint",
         help=f"an OpenAI-compatible URL to measure as a client (no tiers sweep); its API key from ${API_KEY_ENV}",
@@ -173,7 +183,7 @@ def register(sub) -> None:
     t.set_defaults(func=_cmd_ttft)
 
     s = bench_sub.add_parser("storage", help="fio 2 MiB on the array and on each Spark over its L3 mount")
-    s.add_argument("-i", "--inventory", required=True, help="the inventory the cluster was provisioned with")
+    exits.add_inventory_argument(s)
     s.add_argument("--size", default="16G", help="data set per host (default 16G: beyond a Spark's page cache)")
     s.add_argument("--runtime", type=int, default=60, help="seconds of random reads (default 60)")
     s.add_argument("--out", default="bench-results", help="directory for the files (default ./bench-results)")

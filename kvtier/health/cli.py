@@ -8,6 +8,8 @@ import json
 import sys
 import time
 
+from kvtier import exits
+
 
 def _cmd_health(args: argparse.Namespace) -> int:
     from kvtier.health import checks, report
@@ -16,10 +18,10 @@ def _cmd_health(args: argparse.Namespace) -> int:
     from kvtier.probes import health as h
 
     try:
-        target = from_inventory(Inventory(args.inventory, args.vault_password_file))
-    except (InventoryError, TargetError) as exc:
+        target = from_inventory(Inventory(exits.inventory(args.inventory), args.vault_password_file))
+    except (InventoryError, TargetError, exits.NoInventory) as exc:
         print(f"kvtier health: {exc}", file=sys.stderr)
-        return 2
+        return exits.BAD_INPUT
     started = time.monotonic()
     results, facts = checks.run(target)
     if args.canary:
@@ -51,7 +53,7 @@ def command(kvtier: str, inventory: str, textfile: str, canary: bool = False, va
 
 def register(sub) -> None:
     p = sub.add_parser("health", help="check every tier of a running cluster (read-only): status, code, fix")
-    p.add_argument("-i", "--inventory", required=True, help="the inventory the cluster was provisioned with")
+    exits.add_inventory_argument(p)
     p.add_argument("--vault-password-file", help="for vaulted values (or ANSIBLE_VAULT_PASSWORD_FILE)")
     p.add_argument("--json", action="store_true", help="print the checks as a JSON list")
     p.add_argument(

@@ -6,6 +6,7 @@ import argparse
 import json
 import sys
 
+from kvtier import exits
 from kvtier.proof import tiers
 
 
@@ -20,12 +21,12 @@ def _cmd_prove(args: argparse.Namespace) -> int:
         for line in refusals:
             print(f"refused: {line}", file=sys.stderr)
         print("`kvtier prove --tier l0` never disturbs a serving cluster.", file=sys.stderr)
-        return 2
+        return exits.REFUSED
     try:
-        target = from_inventory(Inventory(args.inventory, args.vault_password_file))
-    except (InventoryError, TargetError) as exc:
+        target = from_inventory(Inventory(exits.inventory(args.inventory), args.vault_password_file))
+    except (InventoryError, TargetError, exits.NoInventory) as exc:
         print(f"kvtier prove: {exc}", file=sys.stderr)
-        return 2
+        return exits.BAD_INPUT
     log = (lambda line: print(line, file=sys.stderr)) if args.json else print
     try:
         hits = tiers.Proof(target, out=log).run(wanted, args.host or None)
@@ -46,7 +47,7 @@ def register(sub) -> None:
         description=tiers.__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("-i", "--inventory", required=True, help="the inventory the cluster was provisioned with")
+    exits.add_inventory_argument(parser)
     parser.add_argument(
         "--tier",
         action="append",

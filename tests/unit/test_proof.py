@@ -6,6 +6,7 @@ import threading
 
 import pytest
 
+from kvtier import exits
 from kvtier.cluster import load_spec
 from kvtier.nodes import transport as nodes
 from kvtier.nodes.target import Target
@@ -212,7 +213,7 @@ def test_kvtier_prove_refuses_a_disruptive_tier_before_reading_anything(capsys):
     # The inventory does not exist: a refusal that came after reading it would say so instead.
     parser = __import__("kvtier.cli", fromlist=["build_parser"]).build_parser()
     args = parser.parse_args(["prove", "-i", "/nonexistent", "--tier", "l3"])
-    assert proof_cli._cmd_prove(args) == 2
+    assert proof_cli._cmd_prove(args) == exits.REFUSED
     err = capsys.readouterr().err
     assert "refused: proving L3 NVMe pool" in err and "/nonexistent" not in err
 
