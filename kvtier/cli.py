@@ -26,13 +26,13 @@ def _cmd_images_build(args: argparse.Namespace) -> int:
 
 
 def _cmd_lab(args: argparse.Namespace) -> int:
-    from kvtier.lab import lab  # imports ansible-runner; keep `kvtier images` light
+    from kvtier.lab import hosts, lab  # imports ansible-runner; keep `kvtier images` light
 
     if args.action == "up":
         return lab.up(check=args.check, provision=args.provision, model=args.model)
     if args.action == "test":
-        return lab.test(keep=args.keep)
-    return {"down": lab.down, "status": lab.status, "images": lab.images_only}[args.action]()
+        return lab.test(keep=args.keep, stage=args.stage)
+    return {"down": hosts.down, "status": hosts.status, "images": hosts.images_only}[args.action]()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -88,6 +88,12 @@ def build_parser() -> argparse.ArgumentParser:
         if name == "test":
             action.add_argument(
                 "--keep", action="store_true", help="leave the lab up at the end (to look into a failure)"
+            )
+            action.add_argument(
+                "--stage",
+                metavar="KEY",
+                help="on the lab that is up, run only this stage's segment of the chain (a stage that leaves a "
+                "drift runs with the one that repairs it); an unknown KEY lists them",
             )
     return parser
 

@@ -10,6 +10,30 @@ class StageFailed(Exception):
     """A stage's check did not hold; the message says what was seen."""
 
 
+def lab_errors() -> tuple:
+    """The exceptions a lab stage ends with, each saying what was seen; anything else is a bug and keeps its
+    traceback. (A function: these modules import this one.)"""
+    from kvtier import wheelhouse
+    from kvtier.bench import ttft
+    from kvtier.inventory import InventoryError
+    from kvtier.lab import fabric
+    from kvtier.nodes import target, transport
+    from kvtier.proof import tiers
+    from kvtier.vm import host
+
+    return (
+        StageFailed,
+        ttft.BenchError,
+        fabric.FabricError,
+        host.VMError,
+        wheelhouse.WheelhouseError,
+        tiers.ProofError,
+        transport.NodeError,
+        target.TargetError,
+        InventoryError,
+    )
+
+
 @dataclasses.dataclass
 class Stage:
     name: str

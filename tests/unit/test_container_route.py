@@ -219,12 +219,12 @@ def test_the_stand_in_has_the_wheelhouse_but_lmcache_and_the_p2p_engine(tmp_path
 
 
 def test_the_lab_runs_one_spark_on_the_container_route(tmp_path, monkeypatch):
-    from kvtier.lab import lab
+    from kvtier.lab import inventory as lab_inventory
     from tests.unit.test_lab import FakeVM
 
-    monkeypatch.setattr(lab, "STATE", tmp_path)  # its lab-only secrets
+    monkeypatch.setattr(lab_inventory, "STATE", tmp_path)  # its lab-only secrets
 
-    sparks = lab.inventory(FakeVM())["all"]["children"]["spark"]["hosts"]
+    sparks = lab_inventory.render(FakeVM())["all"]["children"]["spark"]["hosts"]
     routes = {name: v.get("vllm_lmcache_install_route", "venv") for name, v in sparks.items()}
     assert routes == {"spark01": "venv", "spark02": "container"}
     assert sparks["spark02"]["vllm_lmcache_container_pull"] is False  # loaded by the lab: no registry here

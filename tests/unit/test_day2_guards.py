@@ -44,7 +44,7 @@ def test_a_persistence_check_step_must_be_known(tmp_path):
 def test_the_spec_change_stage_names_tasks_that_exist():
     """The lab's spec-change stage allows exactly these changed tasks: each must be a task or handler of the
     playbooks and roles site.yml runs (a renamed task would otherwise fail the stage as an unexplained change)."""
-    from kvtier.lab.lab import FAULT_REPAIR_TASKS, SPEC_CHANGE_RESTART, SPEC_CHANGE_TASKS
+    from kvtier.lab.checks import FAULT_REPAIR_TASKS, SPEC_CHANGE_RESTART, SPEC_CHANGE_TASKS
 
     names = set()
     for path in [*(ROOT / "playbooks").rglob("*.yml"), *(ROOT / "roles").glob("*/*/*.yml")]:

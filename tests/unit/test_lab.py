@@ -8,8 +8,10 @@ import subprocess
 import pytest
 import yaml
 
-from kvtier.lab import credentials, fabric, lab
+from kvtier.lab import credentials, diagnostics, fabric, hosts
+from kvtier.lab import inventory as layout
 from kvtier.lab.stages import StageFailed, Stages
+from kvtier.nodes import transport
 from tests.unit.test_preflight_playbook import run_preflight
 
 
@@ -18,7 +20,7 @@ class FakeVM:
 
     def instance_config(self):
         return {
-            "instance": lab.STORAGE,
+            "instance": layout.STORAGE,
             "address": "127.0.0.1",
             "user": "root",
             "port": 2222,
@@ -27,10 +29,10 @@ class FakeVM:
 
 
 def lab_inventory(tmp_path, monkeypatch):
-    monkeypatch.setattr(lab, "STATE", tmp_path / "state")
+    monkeypatch.setattr(layout, "STATE", tmp_path / "state")
     inventory_dir = tmp_path / "lab"
-    shutil.copytree(lab.INVENTORY_DIR / "group_vars", inventory_dir / "group_vars")
-    (inventory_dir / "hosts.yml").write_text(yaml.safe_dump(lab.inventory(FakeVM())))
+    shutil.copytree(layout.INVENTORY_DIR / "group_vars", inventory_dir / "group_vars")
+    (inventory_dir / "hosts.yml").write_text(yaml.safe_dump(layout.render(FakeVM())))
     return inventory_dir
 
 
@@ -40,10 +42,10 @@ def test_lab_inventory_passes_preflight(tmp_path, monkeypatch):
 
 def test_lab_addresses_are_on_the_lab_network_and_distinct():
     network = ipaddress.ip_network(fabric.SUBNET)
-    addresses = [lab.STORAGE_DATA_ADDRESS, *lab.SPARKS.values()]
+    addresses = [layout.STORAGE_DATA_ADDRESS, *layout.SPARKS.values()]
     assert len(set(addresses)) == len(addresses)
     assert all(ipaddress.ip_address(a) in network for a in addresses)
-    assert ipaddress.ip_address(lab.STORAGE_DATA_ADDRESS) != next(network.hosts())  # .1 is the bridge itself
+    assert ipaddress.ip_address(layout.STORAGE_DATA_ADDRESS) != next(network.hosts())  # .1 is the bridge itself
 
 
 def test_lab_secrets_are_generated_once_and_private(tmp_path):
@@ -72,31 +74,31 @@ def test_lab_router_certificate_names_its_address_and_keeps_its_key_private(tmp_
 
 def test_the_proof_reads_the_lab_from_its_inventory_like_any_cluster(tmp_path, monkeypatch):
     inventory = lab_inventory(tmp_path, monkeypatch)
-    monkeypatch.setattr(lab, "INVENTORY", inventory / "hosts.yml")
-    cluster = yaml.safe_load((lab.INVENTORY_DIR / "group_vars" / "all" / "lab.yml").read_text())["kvtier_cluster"]
-    t = lab.proof_target()
+    monkeypatch.setattr(layout, "INVENTORY", inventory / "hosts.yml")
+    cluster = yaml.safe_load((layout.INVENTORY_DIR / "group_vars" / "all" / "lab.yml").read_text())["kvtier_cluster"]
+    t = layout.proof_target()
     # The lab spec names no L2 endpoint: it derives from the storage VM's address and kv_store's defaults.
     assert "host" not in cluster["l2"] and "port" not in cluster["l2"]
-    assert (t.spec.l2.host, t.spec.l2.port, t.spec.l2.user) == (lab.STORAGE_DATA_ADDRESS, 6379, "lmcache")
+    assert (t.spec.l2.host, t.spec.l2.port, t.spec.l2.user) == (layout.STORAGE_DATA_ADDRESS, 6379, "lmcache")
     assert t.l2_admin_user == "kvtier-admin"
     assert t.vllm_url("spark01") == f"http://127.0.0.1:{cluster['ports']['vllm_http']}"
     assert t.spec.l3.path == cluster["l3"]["path"] and t.l2_name == cluster["l2"]["adapter"]
-    assert t.l2_admin_password == credentials.passwords(lab.STATE)["kv_store_admin_password"]
+    assert t.l2_admin_password == credentials.passwords(layout.STATE)["kv_store_admin_password"]
     argv = t.nodes["spark02"].argv("true")  # over SSH, as Ansible reaches it
     # As an unprivileged login user that becomes root, as on a real cluster.
-    assert argv[0] == "ssh" and argv[-2:] == [f"kvtier@{lab.SPARKS['spark02']}", "sudo -n true"]
+    assert argv[0] == "ssh" and argv[-2:] == [f"kvtier@{layout.SPARKS['spark02']}", "sudo -n true"]
     assert argv[argv.index("-i") + 1] == FakeVM().instance_config()["identity_file"]
 
 
 def test_site_yml_runs_again_only_when_its_inputs_changed(tmp_path, monkeypatch):
-    monkeypatch.setattr(lab, "REPO", tmp_path)
+    monkeypatch.setattr(hosts, "REPO", tmp_path)
     (tmp_path / "roles" / "kv_store").mkdir(parents=True)
     task = tmp_path / "roles" / "kv_store" / "main.yml"
     task.write_text("- name: a task\n")
-    first = lab.inputs_digest()
-    assert lab.inputs_digest() == first
+    first = hosts.inputs_digest()
+    assert hosts.inputs_digest() == first
     task.write_text("- name: another task\n")
-    assert lab.inputs_digest() != first
+    assert hosts.inputs_digest() != first
 
 
 def test_stages_report_each_stage_and_a_failure_stops_the_run():
@@ -116,11 +118,11 @@ def test_stages_report_each_stage_and_a_failure_stops_the_run():
 
 
 def test_the_medium_lab_model_changes_only_the_model_and_its_sizes(tmp_path, monkeypatch):
-    monkeypatch.setattr(lab, "MODEL_VARS", tmp_path / "zz-model.yml")
-    monkeypatch.setattr(lab, "REPO", tmp_path.parent)
-    lab.use_model("medium")
-    written = yaml.safe_load(lab.MODEL_VARS.read_text())
-    default = yaml.safe_load((lab.INVENTORY_DIR / "group_vars" / "all" / "lab.yml").read_text())["kvtier_cluster"]
+    monkeypatch.setattr(layout, "MODEL_VARS", tmp_path / "zz-model.yml")
+    monkeypatch.setattr(layout, "REPO", tmp_path.parent)
+    layout.use_model("medium")
+    written = yaml.safe_load(layout.MODEL_VARS.read_text())
+    default = yaml.safe_load((layout.INVENTORY_DIR / "group_vars" / "all" / "lab.yml").read_text())["kvtier_cluster"]
     cluster = written["kvtier_cluster"]
     assert written["vllm_lmcache_lab_model"] == "medium"
     assert cluster["model"] == dict(default["model"], id="medium", path="/opt/kvtier/models/medium", weights_gib=0.11)
@@ -130,10 +132,10 @@ def test_the_medium_lab_model_changes_only_the_model_and_its_sizes(tmp_path, mon
     assert {k: v for k, v in cluster.items() if k not in ("model", "vllm", "lmcache")} == {
         k: v for k, v in default.items() if k not in ("model", "vllm", "lmcache")
     }
-    lab.use_model("tiny")
-    assert not lab.MODEL_VARS.exists()
-    with pytest.raises(lab.StageFailed, match="unknown lab model"):
-        lab.use_model("huge")
+    layout.use_model("tiny")
+    assert not layout.MODEL_VARS.exists()
+    with pytest.raises(StageFailed, match="unknown lab model"):
+        layout.use_model("huge")
 
 
 def test_a_failed_stage_shows_the_serving_units_last_warnings_and_errors(monkeypatch):
@@ -147,7 +149,7 @@ def test_a_failed_stage_shows_the_serving_units_last_warnings_and_errors(monkeyp
     class Node:
         def run(self, *argv, timeout=None):
             if "spark02" in self.name:
-                raise lab.nodes.NodeError("spark02: container not running")
+                raise transport.NodeError("spark02: container not running")
             return journals[argv[argv.index("--unit") + 1]]
 
     spark01, spark02 = Node(), Node()
@@ -157,9 +159,9 @@ def test_a_failed_stage_shows_the_serving_units_last_warnings_and_errors(monkeyp
         nodes = {"spark01": spark01, "spark02": spark02}
         units = {"lmcache": "kvtier-lmcache.service", "vllm": "kvtier-vllm.service"}
 
-    monkeypatch.setattr(lab, "proof_target", Target)
+    monkeypatch.setattr(diagnostics, "proof_target", Target)
     lines: list = []
-    lab._journal_digest(lines.append)
+    diagnostics.journal_digest(lines.append)
     assert lines[1:] == [
         "  spark01 kvtier-lmcache.service: [2026-12-06 22:30:42,060] LMCache WARNING: Coordinator heartbeat failed",
     ] * 3 + [

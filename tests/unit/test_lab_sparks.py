@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from kvtier.lab import fabric, lab, sparks
+from kvtier.lab import fabric, hosts, sparks
 
 needs_podman = pytest.mark.skipif(shutil.which("podman") is None, reason="needs podman and the kvtier base image")
 
@@ -53,14 +53,14 @@ def test_down_runs_every_step_and_reports_what_failed(monkeypatch):
         calls.append("sparks")
         raise fabric.FabricError("podman volume rm kvtier-lab-l3: device busy")
 
-    monkeypatch.setattr(lab, "_destroy_vm", step("vm", ["VM kvtier-storage"]))
+    monkeypatch.setattr(hosts, "_destroy_vm", step("vm", ["VM kvtier-storage"]))
     monkeypatch.setattr(sparks, "remove", broken)
     monkeypatch.setattr(fabric, "remove", step("fabric", ["tap kvtlab0"]))
-    monkeypatch.setattr(lab, "_forget_inventory", step("inventory", []))
-    monkeypatch.setattr(lab, "leftovers", lambda: ["podman volume kvtier-lab-l3"])
+    monkeypatch.setattr(hosts, "_forget_inventory", step("inventory", []))
+    monkeypatch.setattr(hosts, "leftovers", lambda: ["podman volume kvtier-lab-l3"])
     lines = []
 
-    assert lab.down(out=lines.append) == 1
+    assert hosts.down(out=lines.append) == 1
     assert calls == ["vm", "sparks", "fabric", "inventory"]
     assert lines == [
         "removed VM kvtier-storage, tap kvtlab0",
