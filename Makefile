@@ -23,7 +23,7 @@ MOLECULE_SCENARIOS ?= $(CONTAINER_SCENARIOS) $(VM_SCENARIOS)
 # Each scenario's full output is kept here; a failure also prints its failed tasks last.
 LOG_DIR ?= $(CURDIR)/.cache/logs
 
-.PHONY: all bootstrap lab test test-lab test-vm lint unit resolve-spark molecule lab-test clean help
+.PHONY: all bootstrap lab test test-lab test-vm lint unit docs resolve-spark molecule lab-test clean help
 
 help:
 	@echo "make lab   - provision the local lab with playbooks/site.yml and show the tiers working"
@@ -33,7 +33,7 @@ help:
 	@echo "               the rolling L2 repair under a client stream, the persistence check, lab down"
 	@echo "make test-vm - the QEMU/TCG VM scenarios: nvme_raid_safety (the storage safety gates), roce_netplan"
 	@echo "make resolve-spark - resolve the GPU packages for a DGX Spark (aarch64, CPython 3.12) and check every requirement"
-	@echo "make lint | unit | molecule SCENARIO=name | molecule MOLECULE_SCENARIOS='a b'  - narrower targets"
+	@echo "make lint | unit | docs | molecule SCENARIO=name | molecule MOLECULE_SCENARIOS='a b'  - narrower targets"
 
 bootstrap:
 	./scripts/bootstrap.sh
@@ -62,6 +62,10 @@ lint:
 
 unit:
 	pytest -q tests/unit
+
+# The reference pages and docs/measurements.md, generated from the code (a unit test fails when one is stale).
+docs:
+	python -m kvtier.reference
 
 # The real Sparks' install route, as close as this machine gets: vllm + lmcache + nixl resolved for aarch64 /
 # CPython 3.12 / glibc 2.39 from PyPI (nothing installed); fails if a declared requirement would be missing.

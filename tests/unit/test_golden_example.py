@@ -1,8 +1,8 @@
 """A golden rendering of inventory/example: every Spark's LMCache server, vLLM and coordinator as the roles render
 them (argv and environment; secrets replaced by their names), read through the same inventory code as the CLI.
 
-The fixture is what a reviewer reads against NVIDIA's published DGX Spark settings (README, "First real run");
-a change to it is a change to what a real cluster runs. Regenerate it on purpose with
+The fixture is what a reviewer reads against NVIDIA's published DGX Spark settings (docs/real-cluster.md, "A first
+run on the hardware"); a change to it is a change to what a real cluster runs. Regenerate it on purpose with
 KVTIER_UPDATE_GOLDEN=1 pytest tests/unit/test_golden_example.py, and review the diff.
 """
 
