@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from kvtier import __version__, images, model, model_staging, warmup, wheelhouse
+from kvtier import __version__, content, exits, images, model, model_staging, warmup, wheelhouse
 from kvtier.bench import cli as bench_cli
 from kvtier.health import cli as health_cli
 from kvtier.plan import cli as plan_cli
@@ -109,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
         status = args.func(args)
         sys.stdout.flush()  # within reach of the except below: a closed pipe shows here, not at exit
         return status
+    except content.ContentMissing as exc:
+        print(f"kvtier: {exc}", file=sys.stderr)
+        return exits.BAD_INPUT
     except BrokenPipeError:
         # `kvtier health | head -1`: the reader has all it wanted. Nothing more can be said, and no traceback;
         # stdout goes to /dev/null so that Python's own flush at exit does not fail again.

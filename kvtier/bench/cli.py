@@ -8,12 +8,11 @@ import pathlib
 import sys
 import time
 
-from kvtier import exits
+from kvtier import content, exits
 from kvtier.bench import files, storage, ttft
 from kvtier.probes import cpu
 from kvtier.proof import tiers as proof_tiers
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 # The key a client sends to --endpoint (a tenant's at the router, or vLLM's): from the environment, never an argument.
 API_KEY_ENV = "KVTIER_API_KEY"
 
@@ -115,7 +114,9 @@ def run_storage(inventory: str, out_dir: pathlib.Path, size: str, runtime: int, 
         old.unlink()  # a host left out of this run must not be reported from an earlier one
     extravars = {"bench_output_dir": str(out_dir.resolve()), "bench_fio_size": size, "bench_fio_runtime": runtime}
     inventory = str(pathlib.Path(inventory).resolve())  # ansible-runner runs from its own directory
-    ok, _, seconds, failures = run_playbook(REPO, "bench.yml", inventory, out=out, extravars=extravars, env=env)
+    ok, _, seconds, failures = run_playbook(
+        content.root(), "bench.yml", inventory, out=out, extravars=extravars, env=env
+    )
     if not ok:
         raise ttft.BenchError("bench.yml failed: " + ("; ".join(failures) or "see its output"))
     records = storage.read_records(out_dir)

@@ -6,18 +6,19 @@ operator who sets `kvtier_cluster.l2.host/port/user` explicitly overrides the de
 checks that the explicit value agrees with the storage node.
 
 The kv_store role's defaults (roles/kv_store/defaults/main.yml) are the one definition of its port and user
-names; they are read from that file, because another host's role defaults are not in Ansible's hostvars.
+names; they are read from that file (in the checkout, or where kvtier is installed: kvtier.content), because another
+host's role defaults are not in Ansible's hostvars.
 """
 
 from __future__ import annotations
 
 import functools
-import pathlib
 from collections.abc import Mapping
 
 import yaml
 
-ROLES_DIR = pathlib.Path(__file__).resolve().parents[2] / "roles"
+from kvtier import content
+
 STORAGE_GROUP = "storage"
 SPARK_GROUP = "spark"
 # spec l2 key -> the storage node's variable it comes from.
@@ -28,8 +29,9 @@ STORAGE_VARS = ("kvtier_data_address", "kv_store_port", "kv_store_lmcache_user",
 
 @functools.lru_cache(maxsize=None)
 def role_defaults(role: str) -> dict:
-    """A role's defaults/main.yml as written (kvtier's kv_store defaults are literals, never templates)."""
-    path = ROLES_DIR / role / "defaults" / "main.yml"
+    """A role's defaults/main.yml as written (kvtier's kv_store defaults are literals, never templates); ContentMissing
+    when kvtier's roles cannot be found, so that nothing is derived from defaults that are not there."""
+    path = content.root() / "roles" / role / "defaults" / "main.yml"
     data = yaml.safe_load(path.read_text()) if path.is_file() else None
     return data if isinstance(data, dict) else {}
 

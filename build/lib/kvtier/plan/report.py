@@ -1,0 +1,113 @@
+"""The plan as data (for --json) and as the table an operator reads."""
+
+from __future__ import annotations
+
+from kvtier.plan import hardware as hw
+from kvtier.plan import tiers as tier_plan
+from kvtier.plan.memory import GIB, Budget
+from kvtier.plan.model import ModelKV
+
+DEFAULT_CONTEXTS = (1024, 4096, 16384, 32768)
+
+
+def build(model: ModelKV, hardware: hw.Hardware, budget: Budget, chunk_size: int, contexts=DEFAULT_CONTEXTS) -> dict:
+    prefill, prefill_basis = tier_plan.prefill_rate(model, hardware)
+    rows = []
+    for tier in tier_plan.tiers(model, hardware, budget, chunk_size):
+        rows.append(
+            {
+                "tier": tier.tier,
+                "label": tier.label,
+                "capacity_gib": tier.capacity_bytes / GIB,
+                "tokens": tier.tokens(model),
+                "load_gbs": tier.load_gbs,
+                "fixed_ms": tier.fixed_s * 1000,
+                "basis": tier.basis,
+                "break_even_tokens": tier.break_even_tokens(model, prefill),
+                "contexts": [
+                    {
+                        "tokens": n,
+                        "load_s": tier.load_s(model, n),
+                        "recompute_s": n / prefill,
+                        "speedup": (n / prefill) / tier.load_s(model, n),
+                    }
+                    for n in contexts
+                ],
+            }
+        )
+    return {
+        "model": {
+            "name": model.name,
+            "description": model.describe(),
+            "bytes_per_token": model.bytes_per_token,
+            "chunk_size": chunk_size,
+            "bytes_per_chunk": model.chunk_bytes(chunk_size),
+            "weights_gib": model.weights_gib,
+        },
+        "hardware": {"description": hardware.describe(), "drive_source": hardware.drive.source},
+        "prefill_tokens_per_s": prefill,
+        "prefill_basis": prefill_basis,
+        "tiers": rows,
+        "memory": {
+            "unified_gib": budget.unified_gib,
+            "parts_gib": dict(budget.parts()),
+            "free_gib": budget.free_gib,
+            "problems": budget.problems("each Spark"),
+            "vllm_flags": {
+                "--kv-cache-memory-bytes": budget.kv_cache_memory_bytes,
+                "--gpu-memory-utilization": budget.gpu_memory_utilization,
+            },
+        },
+        "sources": dict(hw.SOURCES),
+    }
+
+
+def _size(gib: float) -> str:
+    return f"{gib / 1024:,.1f} TiB" if gib >= 1024 else f"{gib:,.1f} GiB"
+
+
+def _tokens(n: int) -> str:
+    return f"{n / 1e9:.2f} G" if n >= 1e9 else f"{n / 1e6:.1f} M" if n >= 1e6 else f"{n:,}"
+
+
+def _cell(context: dict) -> str:
+    load, recompute = context["load_s"] * 1000, context["recompute_s"] * 1000
+    return f"{load:,.0f} / {recompute:,.0f} ms ({context['speedup']:.1f}x)"
+
+
+def text(plan: dict) -> str:
+    m, mem = plan["model"], plan["memory"]
+    lines = [
+        f"kvtier plan: {m['description']}",
+        f"  {m['bytes_per_token'] / 1024:,.1f} KiB per token, {m['bytes_per_chunk'] / 2**20:,.1f} MiB per "
+        f"{m['chunk_size']}-token chunk (one LMCache object)",
+        f"  hardware: {plan['hardware']['description']}",
+        f"  prefill: {plan['prefill_tokens_per_s']:,.0f} tokens/s, {plan['prefill_basis']}",
+        "",
+    ]
+    contexts = [c["tokens"] for c in plan["tiers"][0]["contexts"]]
+    head = f"  {'tier':<22}{'capacity':>12}{'tokens':>10}{'GB/s':>7}  " + "".join(
+        f"{f'{n // 1024}k ctx: load/recompute':>28}" for n in contexts
+    )
+    lines += [head + f"{'break-even':>12}"]
+    for row in plan["tiers"]:
+        cells = "".join(f"{_cell(c):>28}" for c in row["contexts"])
+        even = "never" if row["break_even_tokens"] is None else f"{row['break_even_tokens']:,} tok"
+        lines.append(
+            f"  {row['label']:<22}{_size(row['capacity_gib']):>12}{_tokens(row['tokens']):>10}"
+            f"{row['load_gbs']:>7.1f}  {cells}{even:>12}"
+        )
+    lines += ["", "  where the figures come from:"]
+    lines += [f"    {row['label']}: {row['basis']}" for row in plan["tiers"]]
+    lines += [f"    {key}: {value}" for key, value in plan["sources"].items()]
+    lines.append(f"    drive: {plan['hardware']['drive_source']}")
+    parts = " + ".join(
+        f"{key.split('.')[-1].removesuffix('_gib')} {value:.1f}" for key, value in mem["parts_gib"].items()
+    )
+    lines += [
+        "",
+        f"  unified memory per Spark ({mem['unified_gib']:g} GiB): {parts} GiB, {mem['free_gib']:.1f} GiB left",
+        "  vLLM flags that fit it: " + " ".join(f"{flag} {value}" for flag, value in mem["vllm_flags"].items()),
+    ]
+    lines += [f"  PROBLEM: {problem}" for problem in mem["problems"]]
+    return "\n".join(lines)
