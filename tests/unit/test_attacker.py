@@ -8,8 +8,9 @@ import sys
 import pytest
 
 from kvtier.cluster import load_spec
-from kvtier.lab import attacker
+from kvtier.lab import attacker, pickle_proof
 from kvtier.lab.stages import StageFailed
+from kvtier.nodes import transport as attacker_nodes
 from kvtier.nodes.target import Target
 from tests.unit._cluster_data import spec_dict
 
@@ -58,3 +59,36 @@ def test_the_probe_tells_refused_from_open():
     proc = subprocess.run([sys.executable, "-c", attacker.PROBE, json.dumps(targets)], capture_output=True, text=True)
     listening.close()
     assert json.loads(proc.stdout) == ["open", "refused"]
+
+
+class _Spark:
+    """A Spark that answers the pickle proof's commands: the payload's marker holds `ran_as` (None: no marker)."""
+
+    def __init__(self, ran_as):
+        self.ran_as, self.commands = ran_as, []
+
+    def run(self, *argv, timeout=None):
+        self.commands.append(argv)
+        if argv[0].endswith("/bin/python"):
+            assert argv[1] == "-c" and "pickle.dumps(Payload())" in argv[2]
+            return json.dumps({"commit_store": "True"})
+        if argv[0] == "cat":
+            if self.ran_as is None:
+                raise attacker_nodes.NodeError("cat: no such file")
+            return self.ran_as + "\n"
+        return ""
+
+
+def test_the_pickle_payload_must_run_as_the_service_user():
+    spark = _Spark("kvtier-svc")
+    t = Target(spec=load_spec(spec_dict()), nodes={"spark01": spark})
+    lines = []
+    assert "ran as kvtier-svc" in pickle_proof.run(lines.append, t, "spark01", "kvtier-svc")
+    python, url, marker = spark.commands[0][0], spark.commands[0][3], spark.commands[0][4]
+    assert python == f"{t.spec.install.venv}/bin/python" and url == "tcp://10.10.0.21:5555"
+    assert spark.commands[-1] == ("rm", "-f", marker)  # nothing left on the node
+    for ran_as in (None, "root"):
+        spark = _Spark(ran_as)
+        with pytest.raises(StageFailed, match="did not run as kvtier-svc"):
+            pickle_proof.run(lines.append, Target(spec=t.spec, nodes={"spark01": spark}), "spark01", "kvtier-svc")
+        assert spark.commands[-1][:2] == ("rm", "-f")
