@@ -49,9 +49,13 @@ def test_vllm_summary_from_recorded_metrics():
 
 
 def test_status_summary_from_recorded_status():
-    status = probe.status_summary(json.loads(_text("lmcache_status_hits.json")))
+    doc = json.loads(_text("lmcache_status_hits.json"))
+    manager = doc["storage_manager"]
+    for part in (manager["l1_manager"], manager["l1_managers"]["_default"]):  # LMCache reports it twice
+        part.update(total_object_count=7, memory_used_bytes=229376)
+    status = probe.status_summary(doc)
     assert status["unhealthy"] == []
-    assert isinstance(status["l1_objects"], int) and isinstance(status["l1_used_bytes"], int)
+    assert (status["l1_objects"], status["l1_used_bytes"]) == (7, 229376)
 
 
 def test_status_summary_names_unhealthy_parts():
