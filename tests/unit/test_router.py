@@ -256,6 +256,7 @@ def trusting(monkeypatch, tmp_path):
     monkeypatch.setattr(urllib.request, "_opener", None)
     credentials.certificate(tmp_path, "127.0.0.1")
     credentials.trust_router(tmp_path)
+    return credentials.router_context(tmp_path)
 
 
 def _request(variables, path: str, headers=None, body=None, port: str = "router_port") -> tuple:
@@ -417,6 +418,20 @@ def test_the_statistics_page_shows_each_spark_behind_its_login(tmp_path, stand_i
             with pytest.raises(urllib.error.HTTPError) as refused:
                 router_probe.stats_over_http(url, "vllm", login=wrong)
             assert refused.value.code == 401
+        # A watcher reads it over one kept-alive connection (one TLS handshake), and opens another after a failure.
+        reader = router_probe.StatsReader(url, "vllm", login=login, context=trusting)
+        try:
+            assert [reader.read() for _ in range(3)][-1] == {"spark01": "UP", "spark02": "UP"}
+            first = reader._connection.sock
+            assert reader.read() and reader._connection.sock is first
+            first.close()
+            with pytest.raises(router_probe.RouterError):
+                reader.read()
+            assert reader.read() == {"spark01": "UP", "spark02": "UP"}
+        finally:
+            reader.close()
+        with pytest.raises(router_probe.RouterError, match="HTTP 401"):
+            router_probe.StatsReader(url, "vllm", context=trusting).read()
 
 
 def test_the_module_refuses_to_drain_the_last_spark_in_rotation(tmp_path, stand_ins, capsys):
@@ -443,7 +458,7 @@ def test_a_client_stream_sees_no_failure_while_a_spark_is_drained_and_the_watch_
         url, stats = _url(variables), _url(variables, "router_stats_port") + "/stats"
         key, login = TENANTS[0]["api_key"], (variables["router_stats_user"], SECRETS["router_stats_password"])
         stream = ClientStream(url, "m", [f"prompt {n}" for n in range(4)], interval=0.05, timeout=10, api_key=key)
-        with RouterWatch(stats, "vllm", interval=0.1, login=login) as watch, stream:
+        with RouterWatch(stats, "vllm", interval=0.1, login=login, context=trusting) as watch, stream:
             time.sleep(0.5)
             router_probe.set_state(sock, "vllm", "spark02", "drain")
             time.sleep(1.0)
