@@ -45,12 +45,14 @@ try:
 except Exception as exc:
     said["error"] = repr(exc)
 finally:
-    for close in (lambda: client.unregister_kv_cache_engine_driven_context(instance).result(timeout=30),
-                  lambda: client.end_session(request).result(timeout=30)):
+    for name, close in (
+        ("end_session", lambda: client.end_session(request).result(timeout=30)),
+        ("unregister", lambda: client.unregister_kv_cache_engine_driven_context(instance).result(timeout=30)),
+    ):
         try:
             close()
         except Exception as exc:
-            said.setdefault("cleanup", []).append(repr(exc))
+            said[name] = repr(exc)
 print(json.dumps(said), flush=True)
 os._exit(0)  # LMCache's client keeps a polling thread
 """

@@ -15,9 +15,10 @@ from kvtier.bench import cli as bench
 from kvtier.bench import ttft as bench_ttft
 from kvtier.health import checks as health_checks
 from kvtier.health import report as health_report
-from kvtier.lab import attacker, authn, day2
+from kvtier.lab import attacker, authn, day2, pickle_proof
 from kvtier.lab.hosts import record_provisioned
 from kvtier.lab.inventory import (
+    CONTAINER_SPARK,
     FAULTY_SPARK,
     INVENTORY,
     INVENTORY_DIR,
@@ -228,7 +229,8 @@ def canaries_clean(out) -> str:
 def attacks(out) -> str:
     """Behind every node's firewall: a host on the data network outside the inventory, and a local user on a Spark,
     are refused at each of kvtier's ports, which admit the sources that need them (kvtier.lab.attacker); what the
-    firewall admits still needs its key, and one tenant gets no hit on another's prompt (kvtier.lab.authn)."""
+    firewall admits still needs its key, and one tenant gets no hit on another's prompt (kvtier.lab.authn). Why
+    LMCache's port is among them: a pickle payload sent to it runs where it is reachable (kvtier.lab.pickle_proof)."""
     router = day2.router_client(STORAGE_DATA_ADDRESS)
     stats_port = urllib.parse.urlsplit(router.stats_url).port
     service_user = yaml.safe_load((REPO / "roles" / "vllm_lmcache" / "defaults" / "main.yml").read_text())[
@@ -238,7 +240,10 @@ def attacks(out) -> str:
     ports = attacker.run(out, t, host.VM(STORAGE), STORAGE_DATA_ADDRESS, stats_port, image.LOGIN_USER, service_user)
     spark = t.spec.nodes[-1]
     keys = authn.run(out, router, f"http://{spark.data_address}:{spark.ports.vllm_http}", t.model)
-    return f"{ports}; {keys}"
+    # The venv route's Spark: LMCache runs there as a process of the node's own (the container route's runs in a
+    # container).
+    ran = pickle_proof.run(out, t, next(n for n in t.nodes if n != CONTAINER_SPARK), service_user)
+    return f"{ports}; {keys}; {ran}"
 
 
 def storage_reboot(out) -> str:

@@ -56,11 +56,18 @@ def certificate(state: pathlib.Path, address: str) -> tuple:
     return cert, key
 
 
-def trust_router(state: pathlib.Path = STATE) -> None:
-    """Let this process's HTTPS clients (urllib) trust the lab router's certificate, as well as the system's CAs."""
+def router_context(state: pathlib.Path = STATE) -> ssl.SSLContext:
+    """A TLS client context that trusts the lab router's certificate, as well as the system's CAs."""
     context = ssl.create_default_context()
     context.load_verify_locations(cafile=str(state / "router.crt"))
-    urllib.request.install_opener(urllib.request.build_opener(urllib.request.HTTPSHandler(context=context)))
+    return context
+
+
+def trust_router(state: pathlib.Path = STATE) -> None:
+    """Let this process's HTTPS clients (urllib) trust the lab router's certificate, as well as the system's CAs."""
+    urllib.request.install_opener(
+        urllib.request.build_opener(urllib.request.HTTPSHandler(context=router_context(state)))
+    )
 
 
 def files(state: pathlib.Path) -> tuple:

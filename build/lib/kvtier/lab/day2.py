@@ -34,15 +34,18 @@ CLIENT_INTERVAL = 2.0
 class RouterWatch(Background):
     """Polls the router's statistics page: every status each server had, with when it started."""
 
-    def __init__(self, stats_url: str, backend: str, interval: float = 0.5, login: tuple | None = None):
+    def __init__(self, stats_url: str, backend: str, interval: float = 0.5, login: tuple | None = None, context=None):
         super().__init__(interval, join_timeout=10)
-        self.stats_url, self.backend, self.login = stats_url, backend, login
+        self.stats_url, self.backend = stats_url, backend
+        # One kept-alive connection: on the lab's one-vCPU TCG storage VM, a TLS handshake twice a second is work
+        # enough for the router to be caught in it whenever the busy host does not run the VM.
+        self._reader = router_probe.StatsReader(stats_url, backend, login=login, context=context)
         self.history: dict = {}  # server -> [(epoch seconds, status)]
         self.errors = 0
 
     def step(self) -> None:
         try:
-            now, states = time.time(), router_probe.stats_over_http(self.stats_url, self.backend, login=self.login)
+            now, states = time.time(), self._reader.read()
         except (OSError, router_probe.RouterError):
             self.errors += 1
             return
@@ -50,6 +53,10 @@ class RouterWatch(Background):
             seen = self.history.setdefault(server, [])
             if not seen or seen[-1][1] != status:
                 seen.append((now, status))
+
+    def __exit__(self, *exc):
+        super().__exit__(*exc)
+        self._reader.close()
 
     def out_of_rotation(self) -> dict:
         """{server: seconds not UP} over the watch (drained, in maintenance or failing its checks)."""
@@ -120,7 +127,10 @@ def under_client_stream(out, address: str, model: str):
     if not all(r["ok"] for r in warm):
         raise StageFailed(f"the router at {url} did not answer the client: {[r['error'] for r in warm if not r['ok']]}")
     out(f"  client stream through the router {url} (prompts warmed in {sum(r['seconds'] for r in warm):.1f} s)")
-    with RouterWatch(router.stats_url, router.backend, login=router.stats_login) as watch, stream:
+    watch = RouterWatch(
+        router.stats_url, router.backend, login=router.stats_login, context=credentials.router_context()
+    )
+    with watch, stream:
         yield stream, watch
 
 

@@ -45,6 +45,10 @@ PROVISIONING_INPUTS = (
 )
 
 
+# The storage VM's niceness on the lab host (QEMU/TCG; root may lower it below 0).
+STORAGE_VM_NICE = -5
+
+
 def start_storage_vm(out=print) -> tuple:
     """(the storage VM, whether it was started now)."""
     vm = host.VM(STORAGE)
@@ -55,7 +59,10 @@ def start_storage_vm(out=print) -> tuple:
         vm.destroy()  # a VM whose QEMU died: start over, the lab holds nothing worth keeping
     img = image.build(log=lambda m: out("  " + m))
     data_nic = host.tap_nic_args(fabric.TAP, host.mac_for(STORAGE + "-data"))
-    vm.create(STORAGE_SERIALS, img=img, hostname=STORAGE, smp=1, extra_args=data_nic)  # one vCPU: robust under TCG
+    # One vCPU: robust under TCG. A guest's CPU clock counts the time the host does not run it, so a storage VM
+    # starved by the Sparks' busy vLLMs sees its own processes "stuck" for seconds (HAProxy's watchdog then kills the
+    # router mid-handshake): QEMU gets a larger share of the host.
+    vm.create(STORAGE_SERIALS, img=img, hostname=STORAGE, smp=1, extra_args=data_nic, nice=STORAGE_VM_NICE)
     seconds = vm.wait_ssh(600)
     out(
         f"  {STORAGE}: booted in {seconds:.0f} s, 8 NVMe drives {STORAGE_SERIALS[0]}..{STORAGE_SERIALS[-1]}, "

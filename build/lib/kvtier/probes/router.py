@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import base64
 import csv
+import functools
+import http.client
 import io
 import socket
 import time
+import urllib.parse
 import urllib.request
 
 # What a client sees of a server: "UP" takes new requests; "DRAIN" finishes what it has and takes none;
@@ -137,15 +140,60 @@ def basic_auth(user: str, password: str) -> str:
     return "Basic " + base64.b64encode(f"{user}:{password}".encode()).decode()
 
 
+def backend_states(csv_text: str, backend: str) -> dict:
+    """{server: status} of `backend` in the statistics page's CSV."""
+    return {
+        row["svname"]: row["status"].split(" ")[0]
+        for row in parse_stat(csv_text)
+        if row["pxname"] == backend and row["svname"] not in ("FRONTEND", "BACKEND")
+    }
+
+
+class StatsReader:
+    """Reads the statistics page again and again over one kept-alive connection: a watcher that polls it twice a
+    second costs the router one TLS handshake, not two a second. A failed read drops the connection; the next read
+    opens another."""
+
+    def __init__(self, url: str, backend: str, timeout: float = 5.0, login: tuple | None = None, context=None):
+        parts = urllib.parse.urlsplit(url)
+        self._open = functools.partial(
+            http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection,
+            parts.hostname,
+            parts.port,
+            timeout=timeout,
+            **({"context": context} if parts.scheme == "https" and context is not None else {}),
+        )
+        self._path = (parts.path or "/") + ";csv"
+        self._headers = {"Authorization": basic_auth(*login)} if login else {}
+        self._backend = backend
+        self._connection = None
+
+    def read(self) -> dict:
+        """{server: status}; OSError or RouterError when the page cannot be read."""
+        try:
+            if self._connection is None:
+                self._connection = self._open()
+            self._connection.request("GET", self._path, headers=self._headers)
+            reply = self._connection.getresponse()
+            body = reply.read().decode(errors="replace")
+        except (OSError, http.client.HTTPException) as exc:
+            self.close()
+            raise RouterError(f"statistics page: {exc}") from None
+        if reply.status != 200:
+            self.close()
+            raise RouterError(f"statistics page answered HTTP {reply.status}")
+        return backend_states(body, self._backend)
+
+    def close(self) -> None:
+        if self._connection is not None:
+            self._connection.close()
+            self._connection = None
+
+
 def stats_over_http(url: str, backend: str, timeout: float = 5.0, login: tuple | None = None) -> dict:
     """{server: status} from the router's read-only statistics page (``<url>;csv``), as a client host reads it;
     `login`: (user, password) where the page asks for one."""
     headers = {"Authorization": basic_auth(*login)} if login else {}
     request = urllib.request.Request(url + ";csv", headers=headers)
     with urllib.request.urlopen(request, timeout=timeout) as reply:  # noqa: S310 (the router's own page)
-        rows = parse_stat(reply.read().decode(errors="replace"))
-    return {
-        row["svname"]: row["status"].split(" ")[0]
-        for row in rows
-        if row["pxname"] == backend and row["svname"] not in ("FRONTEND", "BACKEND")
-    }
+        return backend_states(reply.read().decode(errors="replace"), backend)
