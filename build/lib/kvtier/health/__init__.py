@@ -1,1 +1,0 @@
-"""`kvtier health`: every tier of a running cluster checked as its clients see it, all at once, read-only."""
