@@ -18,11 +18,10 @@ class NoInventory(Exception):
     """No -i, and Ansible's configuration names no inventory that exists."""
 
 
-def add_inventory_argument(parser, required: bool = False) -> None:
+def add_inventory_argument(parser) -> None:
     parser.add_argument(
         "-i",
         "--inventory",
-        required=required,
         help="the inventory the cluster was provisioned with (default: Ansible's: ANSIBLE_INVENTORY, ansible.cfg)",
     )
 

@@ -13,6 +13,7 @@ import yaml
 
 from kvtier.bench import cli as bench
 from kvtier.bench import ttft as bench_ttft
+from kvtier.cluster import derive
 from kvtier.health import checks as health_checks
 from kvtier.health import report as health_report
 from kvtier.lab import attacker, authn, day2, pickle_proof
@@ -233,9 +234,7 @@ def attacks(out) -> str:
     LMCache's port is among them: a pickle payload sent to it runs where it is reachable (kvtier.lab.pickle_proof)."""
     router = day2.router_client(STORAGE_DATA_ADDRESS)
     stats_port = urllib.parse.urlsplit(router.stats_url).port
-    service_user = yaml.safe_load((REPO / "roles" / "vllm_lmcache" / "defaults" / "main.yml").read_text())[
-        "vllm_lmcache_user"
-    ]
+    service_user = derive.role_defaults("vllm_lmcache")["vllm_lmcache_user"]
     t = proof_target()
     ports = attacker.run(out, t, host.VM(STORAGE), STORAGE_DATA_ADDRESS, stats_port, image.LOGIN_USER, service_user)
     spark = t.spec.nodes[-1]

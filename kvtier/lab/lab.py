@@ -227,7 +227,7 @@ def _run_chain(out, steps: list, fresh: bool, keep: bool) -> int:
     try:
         if fresh:
             stages.run("lab down (start from nothing)", _down_stage, out)
-        memory = MemoryWatch()  # from nothing: the baseline is the machine without a lab
+        memory = MemoryWatch()  # fresh: from nothing, the baseline is the machine without a lab
         if fresh:
             stages.run("hosts: images, wheels, Spark containers, storage VM", create, out, [])
             stages.run("site.yml --check --diff (fresh hosts)", site, out, check=True)
@@ -245,7 +245,7 @@ def _run_chain(out, steps: list, fresh: bool, keep: bool) -> int:
             except lab_errors() as exc:
                 out(f"\n  {exc}")
     stages.report("kvtier lab test" + ("" if fresh else f" --stage ({len(steps)} of the chain)"))
-    out(f"  peak memory taken by the lab {peak / 2**30:.1f} GiB")
+    out(f"  peak memory taken {'by the lab' if fresh else 'during the segment'} {peak / 2**30:.1f} GiB")
     return exits.OK if stages.ok else exits.FAILED
 
 
