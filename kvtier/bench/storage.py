@@ -22,6 +22,8 @@ def throughput(record: dict) -> dict:
         "read_mib_s": round(read["bw_bytes"] / MIB, 1),
         "read_iops": round(read["iops"], 1),
         "read_lat_p99_ms": round(read.get("clat_ns", {}).get("percentile", {}).get("99.000000", 0) / 1e6, 2),
+        "write_s": round(write.get("runtime", 0) / 1000, 1),  # each job's own duration: a stall shows here
+        "read_s": round(read.get("runtime", 0) / 1000, 1),
         "errors": errors,
     }
 

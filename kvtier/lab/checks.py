@@ -340,7 +340,12 @@ def warmup_and_bench(out) -> str:
         | {f"{p['tier']} at {p['context']} (counter)" for p in points if p.get("counter_moved") == 0}
     )
     rows = json.loads((BENCH_DIR / "storage.json").read_text())["rows"]
-    slow = [r["host"] for r in rows if not (r["write_mib_s"] > 0 and r["read_mib_s"] > 0) or r["errors"]]
+    slow = [
+        f"{r['host']} (write {r['write_mib_s']} MiB/s in {r['write_s']} s, read {r['read_mib_s']} MiB/s in "
+        f"{r['read_s']} s, errors {r['errors']})"
+        for r in rows
+        if not (r["write_mib_s"] > 0 and r["read_mib_s"] > 0) or r["errors"]
+    ]
     if missing or unproven or slow or len(rows) != len(SPARKS) + 1:
         raise StageFailed(
             f"missing files {missing}; hits not shown {unproven}; storage rows {len(rows)}, without figures {slow}"

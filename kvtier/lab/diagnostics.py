@@ -9,6 +9,7 @@ from kvtier.inventory import InventoryError
 from kvtier.lab.inventory import proof_target
 from kvtier.nodes import target
 from kvtier.nodes import transport as nodes
+from kvtier.vm import host
 
 
 class MemoryWatch:
@@ -69,6 +70,23 @@ def journal_digest(out, lines: int = 3, since: str = "-15min") -> None:
             worth = [ANSI_COLOUR.sub("", line).strip() for line in log.splitlines() if any(w in line for w in words)]
             for line in worth[-lines:] or ["nothing"]:
                 out(f"  {spark} {unit}: {line[:240]}")
+
+
+# Kernel messages of the storage VM worth showing after a failed stage: a stalled or failing drive, array or
+# filesystem, and tasks the kernel found blocked (the guest's serial console keeps them even when SSH hangs).
+KERNEL_WORTH = re.compile(
+    r"\[\s*\d+\.\d+\].*(timeout|abort|reset|I/O error|blocked for more than|md/raid|XFS .*(error|shutdown))", re.I
+)
+
+
+def kernel_digest(out, vm_name: str, lines: int = 8) -> None:
+    """After a failed stage, the storage VM's last kernel warnings about its drives, array and filesystem, read from
+    its serial console on this host."""
+    log = host.VM(vm_name).log_tail("console.log", lines=2000)
+    worth = [line.strip() for line in log.splitlines() if KERNEL_WORTH.search(line)]
+    out(f"  {vm_name}'s kernel on drives, array and filesystem:")
+    for line in worth[-lines:] or ["nothing"]:
+        out(f"  {vm_name}: {line[:240]}")
 
 
 def differences(out) -> None:

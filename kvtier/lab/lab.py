@@ -29,7 +29,7 @@ from kvtier.lab.checks import (
     storage_reboot,
     warmup_and_bench,
 )
-from kvtier.lab.diagnostics import MemoryWatch, differences, journal_digest
+from kvtier.lab.diagnostics import MemoryWatch, differences, journal_digest, kernel_digest
 from kvtier.lab.faults import (
     coordinator_stopped,
     drifted_spark,
@@ -236,6 +236,7 @@ def _run_chain(out, steps: list, fresh: bool, keep: bool) -> int:
             stages.run(step.name, step.run, out, marks)
     except lab_errors() as exc:
         journal_digest(out)
+        kernel_digest(out, STORAGE)
         out(f"\n  {exc}")
     finally:
         peak = memory.stop() if memory else 0

@@ -169,3 +169,26 @@ def test_a_failed_stage_shows_the_serving_units_last_warnings_and_errors(monkeyp
         "  spark02 kvtier-lmcache.service: journal not read (spark02: container not running)",
         "  spark02 kvtier-vllm.service: journal not read (spark02: container not running)",
     ]
+
+
+def test_a_failed_stage_shows_the_storage_vms_kernel_on_its_drives(tmp_path, monkeypatch):
+    """Stalled drive I/O, read from the VM's serial console on the host (lines in the 6.1 kernel's words)."""
+    monkeypatch.setenv("KVTIER_VM_STATE", str(tmp_path))
+    (tmp_path / "kvtier-storage").mkdir()
+    (tmp_path / "kvtier-storage" / "console.log").write_text(
+        "[   27.11] nvme nvme0: 1/0/0 default/read/poll queues\n"
+        "kvtier-storage login: [  612.40] nvme nvme3: I/O 17 QID 1 timeout, completion polled\n"
+        "[  650.02] XFS (md127): Ending clean mount\n"
+        "Started Reset failed units.\n"  # systemd's words on the console are not the kernel's
+        "[  700.93] nvme nvme5: I/O 4 QID 1 timeout, reset controller\n"
+    )
+    lines: list = []
+    diagnostics.kernel_digest(lines.append, "kvtier-storage")
+    assert lines[1:] == [
+        "  kvtier-storage: kvtier-storage login: [  612.40] nvme nvme3: I/O 17 QID 1 timeout, completion polled",
+        "  kvtier-storage: [  700.93] nvme nvme5: I/O 4 QID 1 timeout, reset controller",
+    ]
+    (tmp_path / "kvtier-storage" / "console.log").write_text("[   27.11] nvme nvme0: 1/0/0 default/read/poll queues\n")
+    lines.clear()
+    diagnostics.kernel_digest(lines.append, "kvtier-storage")
+    assert lines[1:] == ["  kvtier-storage: nothing"]
