@@ -62,9 +62,10 @@ want=$(sha256sum "$repo/requirements.lock" "$repo/pyproject.toml" | sha256sum | 
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   say "creating the Python venv in $venv"
   "$python" -m venv "$venv"
-  "$venv/bin/pip" install --quiet --upgrade pip
-  "$venv/bin/pip" install --quiet -r "$repo/requirements.lock"
-  "$venv/bin/pip" install --quiet --no-deps -e "$repo"
+  # Every file is checked against the lock's sha256 (pip and setuptools included); kvtier itself is built
+  # with the locked setuptools, not one fetched for an isolated build.
+  "$venv/bin/pip" install --quiet --require-hashes -r "$repo/requirements.lock"
+  "$venv/bin/pip" install --quiet --no-deps --no-build-isolation -e "$repo"
   echo "$want" >"$stamp"
 fi
 
