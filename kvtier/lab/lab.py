@@ -22,6 +22,7 @@ from kvtier.lab.checks import (
     healthy,
     idle,
     lookup_timeouts,
+    no_secret_in_logs,
     persistence,
     prove,
     site,
@@ -188,6 +189,7 @@ CHAIN = (
         lambda out, marks: persistence(out, "replay"),
         "storage",
     ),
+    Step("secrets", "no secret in any node's journal", lambda out, marks: no_secret_in_logs(out), "secrets"),
 )
 
 

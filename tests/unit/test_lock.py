@@ -1,4 +1,4 @@
-"""The controller's lock: what bootstrap installs with --require-hashes is requirements.in resolved, every file hashed."""
+"""The controller's lock: bootstrap installs requirements.in resolved, every file hashed (--require-hashes)."""
 
 import pathlib
 import re
