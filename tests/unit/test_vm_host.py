@@ -105,7 +105,7 @@ def test_qemu_outlives_its_starter_and_another_process_destroys_it(env, subreape
     assert [d["serial"] for d in st["drives"]] == ["KVT0000001", "KVT0000002", "KVT0000003"]
     assert os.path.getsize(st["drives"][0]["file"]) == 2 * 1024**3
     assert os.stat(st["drives"][0]["file"]).st_blocks == 0  # sparse
-    assert "root=/dev/vda rw console=ttyS0 systemd.hostname=a" in st["argv"]
+    assert "root=/dev/vda rw console=ttyS0 systemd.hostname=a nvme_core.io_timeout=5" in st["argv"]
     pid = st["pid"]
 
     vm.unplug("KVT0000002")
