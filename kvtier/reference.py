@@ -137,9 +137,10 @@ def _code_of(node, source: str) -> tuple:
 
 
 def health_codes(repo: pathlib.Path = REPO) -> dict:
-    """{code: {"tiers": set, "statuses": set, "where": set, "computed": bool}} from every check() call."""
+    """{code: {"tiers": set, "statuses": set, "checks": set, "where": set, "computed": bool}} from every check()
+    call; a check's name is its `name=` or, as check() derives it, the reporting function's."""
     found: dict = collections.defaultdict(
-        lambda: {"tiers": set(), "statuses": set(), "where": set(), "computed": False}
+        lambda: {"tiers": set(), "statuses": set(), "checks": set(), "where": set(), "computed": False}
     )
     for relative in HEALTH_SOURCES:
         source = (repo / relative).read_text()
@@ -156,6 +157,13 @@ def health_codes(repo: pathlib.Path = REPO) -> dict:
                 entry = found[code]
                 entry["tiers"].add(tier.value if isinstance(tier, ast.Constant) else "(per check)")
                 entry["statuses"].add(_status_of(call.args[2]))
+                named = next((k.value for k in call.keywords if k.arg == "name"), None)
+                if isinstance(named, ast.Constant):
+                    entry["checks"].add(named.value)
+                elif named is not None:  # name=CODES[tier].lower(): one per tier
+                    entry["checks"].add("canary_<tier>")
+                else:
+                    entry["checks"].add(func.name.strip("_").removesuffix("_checks"))
                 entry["where"].add(f"{relative}:{func.name}")
                 entry["computed"] = entry["computed"] or computed
     return dict(found)
@@ -166,19 +174,19 @@ def health_codes_page(repo: pathlib.Path = REPO) -> str:
     lines = [_GENERATED, "# Health codes", ""]
     lines += [
         "Every code `kvtier health` (and the `kvtier_health` module, and `--canary`) can report, read from the calls",
-        "",
-    ]
-    lines += [
         "that report it. A check's code is stable for its cause; its status is one of OK, WARN, ERR, UNVERIFIED.",
+        "The check is the code's series in `--prometheus`'s textfile: `kvtier_health_status{host,tier,check}` keeps",
+        "its labels whatever the check finds, and `kvtier_health_code_info` carries the code it reports now.",
         "",
     ]
-    lines.extend(["| code | tier | status | reported by |", "|---|---|---|---|"])
+    lines.extend(["| code | tier | check | status | reported by |", "|---|---|---|---|---|"])
     for code in sorted(codes, key=lambda c: (codes[c]["computed"], c)):
         entry = codes[code]
         shown = f"`{code}`" + (" (built at run time)" if entry["computed"] else "")
         statuses = ", ".join(s for s in (*_STATUSES, "(computed)") if s in entry["statuses"])
         where = ", ".join(f"`{w}`" for w in sorted(entry["where"]))
-        lines.append(f"| {shown} | {', '.join(sorted(entry['tiers']))} | {statuses} | {where} |")
+        checks = ", ".join(f"`{c}`" for c in sorted(entry["checks"]))
+        lines.append(f"| {shown} | {', '.join(sorted(entry['tiers']))} | {checks} | {statuses} | {where} |")
     return "\n".join(lines).rstrip() + "\n"
 
 

@@ -19,6 +19,7 @@ apt_packages=(
   shellcheck                                      # make lint checks the shell scripts
   nftables                                        # unit tests check the firewall role's rendered table (nft -c)
   openssl                                         # the lab router's certificate (a real cluster brings its own)
+  prometheus                                      # promtool: unit tests check the health textfile's metrics
 )
 
 say() { printf '\033[1m==> %s\033[0m\n' "$*"; }
@@ -32,8 +33,8 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-  # The tests run their own redis-server and haproxy; the packaged system instances are not wanted on a test host.
-  for service in redis-server haproxy; do
+  # The tests run their own redis-server, haproxy and promtool; the packaged system services are not wanted here.
+  for service in redis-server haproxy prometheus; do
     if [[ " ${missing[*]} " == *" $service "* ]] && command -v systemctl >/dev/null; then
       systemctl disable --now "$service.service" >/dev/null 2>&1 || true
     fi

@@ -35,6 +35,7 @@ def spark_checks(t: Target, host: str, facts: dict) -> list:
                 "NODE_UNREACHABLE",
                 f"no check could run: {facts['error']}",
                 "reach the node as the inventory says (ssh user, key, become)",
+                name="node",
             )
         ]
     return h.spark_checks(host, facts, expectations(t, host))
@@ -51,6 +52,7 @@ def storage_checks(t: Target, facts: dict) -> list:
                 "NODE_UNREACHABLE",
                 f"the storage node was not read: {facts['error']}",
                 "reach it as the inventory says",
+                name="node",
             )
         ]
     arrays = (facts.get("nvme") or {}).get("md_arrays") or {}

@@ -18,6 +18,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import urllib.error
 import urllib.request
 
@@ -45,8 +46,11 @@ L2_RESTART_MARGIN_S = 30
 L2_LOGIN_ENV = ("LMCACHE_RESP_USERNAME", "LMCACHE_RESP_PASSWORD")
 
 
-def check(host, tier, status, code, reason, fix=""):
-    return {"host": host, "tier": tier, "status": status, "code": code, "reason": reason, "fix": fix}
+def check(host, tier, status, code, reason, fix="", name=""):
+    """One check's result. `name` is the check's identity on its host, the same whatever its status or code (one
+    metric series, one alert timer): by default the reporting function's (`l2_checks` and `_l2_checks` give `l2`)."""
+    name = name or sys._getframe(1).f_code.co_name.strip("_").removesuffix("_checks")
+    return {"host": host, "tier": tier, "check": name, "status": status, "code": code, "reason": reason, "fix": fix}
 
 
 # --- gatherers (run on the node) -----------------------------------------------------------------------------
@@ -322,6 +326,7 @@ def serving_checks(host, probe, expect):
                 "LMCACHE_DOWN",
                 f"the LMCache server does not answer: {problems}",
                 "systemctl status kvtier-lmcache; journalctl -u kvtier-lmcache (vLLM restarts with it)",
+                name="lmcache",
             )
         )
     elif probe.get("lmcache_healthy"):
@@ -335,11 +340,19 @@ def serving_checks(host, probe, expect):
                     "LMCACHE_UNHEALTHY",
                     "LMCache /status reports unhealthy parts: " + ", ".join(unhealthy),
                     "journalctl -u kvtier-lmcache; restart it with `systemctl restart kvtier-lmcache` (vLLM follows)",
+                    name="lmcache",
                 )
             )
         else:
             out.append(
-                check(host, "serving", OK, "LMCACHE_OK", "the LMCache server answers and reports no unhealthy part")
+                check(
+                    host,
+                    "serving",
+                    OK,
+                    "LMCACHE_OK",
+                    "the LMCache server answers and reports no unhealthy part",
+                    name="lmcache",
+                )
             )
     if probe.get("vllm_healthy") is False:
         out.append(
@@ -350,6 +363,7 @@ def serving_checks(host, probe, expect):
                 "VLLM_DOWN",
                 f"vLLM does not answer /health: {problems}",
                 "journalctl -u kvtier-vllm (it starts after the LMCache server and stops with it)",
+                name="vllm",
             )
         )
     elif probe.get("vllm_healthy"):
@@ -363,10 +377,13 @@ def serving_checks(host, probe, expect):
                     "VLLM_MODEL_MISSING",
                     f"vLLM serves {models}, not {expect['model']!r}",
                     "re-run spark.yml: the unit renders --served-model-name from kvtier_cluster.model",
+                    name="vllm",
                 )
             )
         else:
-            out.append(check(host, "serving", OK, "VLLM_OK", f"vLLM serves {expect.get('model') or models}"))
+            out.append(
+                check(host, "serving", OK, "VLLM_OK", f"vLLM serves {expect.get('model') or models}", name="vllm")
+            )
     out += _adapter_checks(host, probe, expect)
     out += _p2p_checks(host, probe, expect)
     out += _hit_checks(host, probe)
@@ -522,8 +539,19 @@ def coordinator_checks(host, state, expected):
 
 def _hit_checks(host, probe):
     s = probe.get("lmcache")
+    if not probe:
+        return []  # nothing was probed on this node
     if not s:
-        return []
+        return [
+            check(
+                host,
+                "l0",
+                UNVERIFIED,
+                "LMCACHE_COUNTERS_UNAVAILABLE",
+                "LMCache's counters could not be read, so no hit rate",
+                "see LMCACHE_DOWN",
+            )
+        ]
     requested = s.get("requested_tokens") or 0
     if not requested:
         return [check(host, "l0", UNVERIFIED, "HITS_NO_LOOKUPS", "no lookups yet: hit rates need traffic")]
@@ -1132,6 +1160,7 @@ def spark_checks(host, facts, expect):
                 "L2_PASSWORD_UNKNOWN",
                 "no L2 password was given and the LMCache server's own login could not be read, so no login was tried",
                 "pass the vault password (--vault-password-file) or the module's l2_password",
+                name="l2",
             )
         )
     if "l3" in facts:

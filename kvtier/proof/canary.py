@@ -195,6 +195,7 @@ class Canary:
                     f"{', '.join(f'{a} ({n} loads)' for a, n in later.items())}, looked up after it",
                     "LMCache loads from the first adapter that holds a chunk unless its prefetch policy says "
                     "otherwise: re-run spark.yml (it renders the order and the policy)",
+                    name=CODES[tier].lower(),
                 )
             results.append(hit)
         return results
@@ -234,6 +235,7 @@ class Canary:
                 f"a canary{where} served from {what} was answered differently from its cold computation: {wrong}",
                 "the cached KV is not what this node computes: compare the nodes' model, dtype and kv-cache dtype "
                 "(health's config checks), and remove the tier's entries (they are wrong for every reader)",
+                name=CODES[tier].lower(),
             )
         if reply["cached_tokens"] > 0 and delta > 0:
             return h.check(
@@ -243,6 +245,7 @@ class Canary:
                 CODES[tier] + "_OK",
                 f"a canary{where} was served from {what}: {reply['cached_tokens']} of {reply['prompt_tokens']} "
                 f"tokens cached, {reply['seconds']:.2f} s against {cold['seconds']:.2f} s cold",
+                name=CODES[tier].lower(),
             )
         return h.check(
             host,
@@ -252,6 +255,7 @@ class Canary:
             f"a canary{where} that {what} should have served was not: {reply['cached_tokens']} tokens cached, "
             f"{counted} counter moved by {delta}",
             FIX[tier],
+            name=CODES[tier].lower(),
         )
 
     def _not_stored(self, tier: str, host: str, adapter: str) -> dict:
@@ -263,6 +267,7 @@ class Canary:
             f"a canary was never stored through the {adapter} adapter: no store completed within "
             f"{self.store_timeout:.0f} s",
             FIX[tier],
+            name=CODES[tier].lower(),
         )
 
     def _unverified(self, host: str, tiers, why: str) -> list:
@@ -274,6 +279,7 @@ class Canary:
                 "CANARY_NOT_RUN",
                 f"the canary could not run: {why}",
                 "read the reason; the other checks above say whether the node serves",
+                name=CODES[t].lower(),
             )
             for t in tiers
         ]

@@ -61,6 +61,7 @@ def test_lmcache_and_vllm_down_are_errors_and_the_counters_unverified():
     assert codes(found, h.UNVERIFIED) == [
         ("spark02", "l2", "LMCACHE_COUNTERS_UNAVAILABLE"),
         ("spark02", "l3", "LMCACHE_COUNTERS_UNAVAILABLE"),
+        ("spark02", "l0", "LMCACHE_COUNTERS_UNAVAILABLE"),
     ]
     assert all(c["fix"] for c in found if c["status"] != h.OK)
 
@@ -319,16 +320,43 @@ def test_config_drift_names_the_setting_and_the_node():
     assert codes(moved, h.ERR) == [("spark01", "config", "CONFIG_DRIFT_MODEL")]
 
 
+def test_a_check_keeps_its_identity_whatever_its_state(server):  # noqa: F811
+    """One metric series per check: a Spark whose LMCache and vLLM are down reports the same checks as a healthy
+    one, each under the name of what it checks, not of what it found."""
+    url, _ = server
+    healthy = h.serving_checks("spark01", _probe(url), EXPECT)
+    nothing = "http://127.0.0.1:9"
+    down = h.serving_checks(
+        "spark01",
+        lmcache_probe.probe_node({"lmcache_http": nothing, "lmcache_metrics": nothing + "/metrics", "vllm": nothing}),
+        EXPECT,
+    )
+
+    def series(found):
+        return sorted({(c["tier"], c["check"]) for c in found})
+
+    assert series(healthy) == series(down)
+    assert series(healthy) == [
+        ("l0", "hit"),
+        ("l2", "adapter"),
+        ("l3", "adapter"),
+        ("serving", "lmcache"),
+        ("serving", "vllm"),
+    ]
+    assert {c["code"] for c in healthy}.isdisjoint({c["code"] for c in down})
+
+
 def test_report_table_json_and_prometheus(tmp_path):
     found = [
-        h.check("spark01", "l2", h.OK, "L2_OK", "fine"),
-        h.check("spark02", "l2", h.ERR, "L2_AUTH", "cannot log in", "fix the password"),
+        h.check("spark01", "l2", h.OK, "L2_OK", "fine", name="l2"),
+        h.check("spark02", "l2", h.ERR, "L2_AUTH", "cannot log in", "fix the password", name="l2"),
+        h.check("spark02", "l2", h.WARN, "L2_LATENCY", "slow", "look at the link", name="l2"),
     ]
     table = report.table(found).splitlines()
     assert table[1].split()[:4] == ["spark02", "l2", "ERR", "L2_AUTH"] and "fix: fix the password" in table[2]
-    assert table[-1] == "2 checks: 1 OK, 0 WARN, 1 ERR, 0 UNVERIFIED"
+    assert table[-1] == "3 checks: 1 OK, 1 WARN, 1 ERR, 0 UNVERIFIED"
     assert h.exit_status(found) == 1 and h.exit_status(found[:1]) == 0
-    assert set(json.loads(json.dumps(found))[0]) == {"host", "tier", "status", "code", "reason", "fix"}
+    assert set(json.loads(json.dumps(found))[0]) == {"host", "tier", "check", "status", "code", "reason", "fix"}
     facts = {
         "spark01": {
             "probe": {
@@ -341,13 +369,22 @@ def test_report_table_json_and_prometheus(tmp_path):
             }
         }
     }
-    text = report.prometheus(found, facts)
-    assert 'kvtier_health_status{host="spark02",tier="l2",code="L2_AUTH"} 2' in text
+    text = report.prometheus(found, facts, now=1765000000)
+    # One series per check, its worst result; the code beside it in an info series.
+    assert [line for line in text.splitlines() if line.startswith("kvtier_health_")] == [
+        'kvtier_health_status{host="spark01",tier="l2",check="l2"} 0',
+        'kvtier_health_status{host="spark02",tier="l2",check="l2"} 2',
+        'kvtier_health_code_info{host="spark01",tier="l2",check="l2",code="L2_OK",status="OK"} 1',
+        'kvtier_health_code_info{host="spark02",tier="l2",check="l2",code="L2_AUTH",status="ERR"} 1',
+        "kvtier_health_last_run_timestamp_seconds 1765000000.000",
+    ]
     assert 'kvtier_hit_tokens_total{host="spark01",tier="l0"} 4' in text
     assert 'kvtier_tier_loads_total{host="spark01",adapter="resp"} 3' in text
     path = tmp_path / "textfile" / "kvtier.prom"
     report.write_textfile(str(path), text)
     assert path.read_text() == text and not list(path.parent.glob(".kvtier-health.*"))
+    lint = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    assert (lint.returncode, lint.stdout + lint.stderr) == (0, "")
 
 
 def _run_module(args, capsys):
@@ -383,7 +420,12 @@ def test_module_fails_listing_every_error(capsys):
     endpoints = {"vllm": "http://127.0.0.1:9", "lmcache_http": "http://127.0.0.1:9"}
     out = _run_module({"name": "spark02", "endpoints": endpoints, "model": "tiny"}, capsys)
     assert out["failed"] and out["msg"].startswith("2 check(s) ERR: spark02 serving LMCACHE_DOWN")
-    assert "VLLM_DOWN" in out["msg"] and "(fix: " in out["msg"] and len(out["checks"]) == 2
+    assert "VLLM_DOWN" in out["msg"] and "(fix: " in out["msg"]
+    assert codes(out["checks"]) == [
+        ("spark02", "serving", "LMCACHE_DOWN"),
+        ("spark02", "serving", "VLLM_DOWN"),
+        ("spark02", "l0", "LMCACHE_COUNTERS_UNAVAILABLE"),
+    ]
     out = _run_module({"name": "spark02", "endpoints": endpoints, "fail_on_error": False}, capsys)
     assert not out.get("failed") and out["counts"]["ERR"] == 2
 
