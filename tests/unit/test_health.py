@@ -18,8 +18,6 @@ from kvtier.probes import health as h
 from kvtier.probes import lmcache as lmcache_probe
 from kvtier.probes import nfs as nfs_probe
 from tests.unit._cluster_data import spec_dict
-from tests.unit.test_lmcache_probe import server  # noqa: F401  (the recorded LMCache/vLLM endpoints)
-from tests.unit.test_resp_probe import redis_server  # noqa: F401  (a real redis-server with an ACL user)
 
 FIXTURES = pathlib.Path(__file__).resolve().parents[1] / "fixtures"
 EXPECT = {"model": "tiny", "adapters": {"l2": "resp", "l3": "fs"}, "p2p_peers": None}
@@ -33,8 +31,8 @@ def _probe(url):
     return lmcache_probe.probe_node({"lmcache_http": url, "lmcache_metrics": url + "/metrics", "vllm": url}, "tiny")
 
 
-def test_a_healthy_spark(server):  # noqa: F811
-    url, _ = server
+def test_a_healthy_spark(recorded_endpoints):
+    url, _ = recorded_endpoints
     found = h.serving_checks("spark01", _probe(url), EXPECT)
     assert codes(found) == [
         ("spark01", "serving", "LMCACHE_OK"),
@@ -66,8 +64,8 @@ def test_lmcache_and_vllm_down_are_errors_and_the_counters_unverified():
     assert all(c["fix"] for c in found if c["status"] != h.OK)
 
 
-def test_wrong_model_and_missing_adapter(server):  # noqa: F811
-    url, _ = server
+def test_wrong_model_and_missing_adapter(recorded_endpoints):
+    url, _ = recorded_endpoints
     found = h.serving_checks("spark01", _probe(url), {**EXPECT, "model": "Qwen/Qwen3-8B", "adapters": {"l2": "valkey"}})
     assert codes(found, h.ERR) == [
         ("spark01", "serving", "VLLM_MODEL_MISSING"),
@@ -120,7 +118,7 @@ def test_an_adapter_whose_stores_fail_is_named():
         assert h.store_gap_checks("spark01", healthy, EXPECT, healthy) == []
 
 
-def test_l2_as_lmcache_sees_it(redis_server):  # noqa: F811
+def test_l2_as_lmcache_sees_it(redis_server):
     namespace = {}
     exec(compile(gather.SPARK_SOURCE, "spark-gather", "exec"), namespace)
     good = namespace["client_view"]("127.0.0.1", redis_server, "probe", "probe-password-1234567")
@@ -146,7 +144,7 @@ def _lmcache_like(password):
     return proc
 
 
-def test_lmcache_own_l2_login_is_tried_where_it_differs(redis_server, tmp_path):  # noqa: F811
+def test_lmcache_own_l2_login_is_tried_where_it_differs(redis_server, tmp_path):
     # A secrets file changed on one node: the inventory's login works, LMCache's is refused and every store to L2
     # fails with requests still succeeding. Only LMCache's own login shows it; the password is in no check.
     namespace = {}
@@ -188,8 +186,8 @@ def test_lmcache_own_l2_login_is_tried_where_it_differs(redis_server, tmp_path):
     assert codes(h.spark_checks("spark02", {}, {"l2": True})) == [("spark02", "l2", "L2_PASSWORD_UNKNOWN")]
 
 
-def test_gatherers_run_as_one_script(server, tmp_path):  # noqa: F811
-    url, _ = server
+def test_gatherers_run_as_one_script(recorded_endpoints, tmp_path):
+    url, _ = recorded_endpoints
     namespace = {}
     exec(compile(gather.SPARK_SOURCE, "spark-gather", "exec"), namespace)
     summary = namespace["probe_node"]({"lmcache_metrics": url + "/metrics"})["lmcache"]
@@ -320,10 +318,10 @@ def test_config_drift_names_the_setting_and_the_node():
     assert codes(moved, h.ERR) == [("spark01", "config", "CONFIG_DRIFT_MODEL")]
 
 
-def test_a_check_keeps_its_identity_whatever_its_state(server):  # noqa: F811
+def test_a_check_keeps_its_identity_whatever_its_state(recorded_endpoints):
     """One metric series per check: a Spark whose LMCache and vLLM are down reports the same checks as a healthy
     one, each under the name of what it checks, not of what it found."""
-    url, _ = server
+    url, _ = recorded_endpoints
     healthy = h.serving_checks("spark01", _probe(url), EXPECT)
     nothing = "http://127.0.0.1:9"
     down = h.serving_checks(
@@ -396,8 +394,8 @@ def _run_module(args, capsys):
     return json.loads(capsys.readouterr().out)
 
 
-def test_module_on_a_healthy_spark_reports_every_check(server, tmp_path, capsys):  # noqa: F811
-    url, _ = server
+def test_module_on_a_healthy_spark_reports_every_check(recorded_endpoints, tmp_path, capsys):
+    url, _ = recorded_endpoints
     endpoints = {"vllm": url, "lmcache_http": url, "lmcache_metrics": url + "/metrics"}
     out = _run_module(
         {

@@ -7,8 +7,6 @@ import shutil
 import subprocess
 import sys
 
-from tests.unit.test_resp_probe import redis_server  # noqa: F401  (a real redis-server with an ACL user)
-
 REPO = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "roles" / "vllm_lmcache" / "files" / "kvtier_l2_login_check.py"
 
@@ -27,20 +25,20 @@ def _gate(tmp_path, port, password, user="probe"):
     )
 
 
-def test_a_refused_login_stops_the_start_and_says_why(tmp_path, redis_server):  # noqa: F811
+def test_a_refused_login_stops_the_start_and_says_why(tmp_path, redis_server):
     refused = _gate(tmp_path, redis_server, "an-old-password-000000")
     assert refused.returncode == 1
     assert "refuses LMCache's login as 'probe'" in refused.stderr and "spark.yml" in refused.stderr
     assert "an-old-password" not in refused.stderr + refused.stdout
 
 
-def test_the_right_login_or_a_server_that_is_down_lets_it_start(tmp_path, redis_server):  # noqa: F811
+def test_the_right_login_or_a_server_that_is_down_lets_it_start(tmp_path, redis_server):
     assert _gate(tmp_path, redis_server, "probe-password-1234567").returncode == 0
     down = _gate(tmp_path, 9, "probe-password-1234567")
     assert down.returncode == 0 and "does not answer" in down.stderr
 
 
-def test_a_user_allowed_only_its_keys_passes(tmp_path, redis_server):  # noqa: F811
+def test_a_user_allowed_only_its_keys_passes(tmp_path, redis_server):
     """The gate only logs in: a store user without PING or INFO (LMCache needs neither) is not refused."""
     gated = _gate(tmp_path, redis_server, "keys-only-password-12345", user="keys-only")
     assert gated.returncode == 0, gated.stderr

