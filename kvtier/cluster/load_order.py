@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvtier.cluster import memory
 from kvtier.cluster.spec import ClusterSpec
 from kvtier.plan import hardware as plan_hardware
-from kvtier.plan import memory as plan_memory
 from kvtier.plan import model as plan_model
 from kvtier.plan import tiers as plan_tiers
 
@@ -66,7 +66,7 @@ def estimated_seconds(spec: ClusterSpec, hardware: plan_hardware.Hardware | None
     chunk = spec.lmcache.chunk_size
     if model is None:
         model = _Sized(UNKNOWN_CHUNK_BYTES / chunk)
-    budget = plan_memory.Budget(
+    budget = memory.Budget(
         unified_gib=hardware.unified_gib,
         os_reserve_gib=0.0,
         runtime_overhead_gib=0.0,

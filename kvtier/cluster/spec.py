@@ -64,8 +64,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 from kvtier.cluster._fields import Reader
+from kvtier.cluster.memory import Budget, largest_gpu_kv_cache_gib
 from kvtier.plan import model as plan_model
-from kvtier.plan.memory import Budget, largest_gpu_kv_cache_gib
 
 TIERS = ("l0", "l1_p2p", "l2", "l3")
 HASH_ALGORITHMS = ("blake3", "builtin", "sha256_cbor")

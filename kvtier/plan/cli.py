@@ -6,8 +6,8 @@ import argparse
 import json
 import sys
 
+from kvtier.cluster.memory import Budget
 from kvtier.plan import hardware, model, report
-from kvtier.plan.memory import Budget
 
 
 def _cmd_plan(args: argparse.Namespace) -> int:

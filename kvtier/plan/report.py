@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
+from kvtier.cluster.memory import GIB, Budget
 from kvtier.plan import hardware as hw
 from kvtier.plan import tiers as tier_plan
-from kvtier.plan.memory import GIB, Budget
 from kvtier.plan.model import ModelKV
 
 DEFAULT_CONTEXTS = (1024, 4096, 16384, 32768)

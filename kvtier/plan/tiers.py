@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from kvtier.cluster.memory import GIB, Budget
 from kvtier.plan.hardware import SPARK_USEFUL_TFLOPS, Hardware, l2_get_gbs
-from kvtier.plan.memory import GIB, Budget
 from kvtier.plan.model import ModelKV, PlanError
 
 

@@ -5,7 +5,8 @@ import json
 import pytest
 
 from kvtier import cli
-from kvtier.plan import hardware, memory, model, report, tiers
+from kvtier.cluster import memory
+from kvtier.plan import hardware, model, report, tiers
 from kvtier.plan.model import PlanError
 
 GIB = 1 << 30
