@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 
 from kvtier import exits
+from kvtier.lab import operator_install
 from kvtier.lab.checks import (
     IDLE_SECONDS,
     attacks,
@@ -130,6 +131,12 @@ CHAIN = (
         lambda out, marks: canaries_clean(out),
         "canaries",
     ),
+    Step(
+        "operator",
+        "an operator's controller: install as a user, plan, health, prove",
+        lambda out, marks: operator_install.run(out),
+        "operator",
+    ),
     Step("attacker", "attacker: firewall, API keys, tenants apart", lambda out, marks: attacks(out), "attacker"),
     Step("idle", f"idle Sparks ({IDLE_SECONDS:.0f} s)", lambda out, marks: idle(out), "idle"),
     # The faults before the spec change time out peer lookups by design: counted from its start.
@@ -232,6 +239,7 @@ def _run_chain(out, steps: list, fresh: bool, keep: bool) -> int:
         memory = MemoryWatch()  # fresh: from nothing, the baseline is the machine without a lab
         if fresh:
             stages.run("hosts: images, wheels, Spark containers, storage VM", create, out, [])
+            stages.run("an operator's controller: its install started (beside site.yml)", _operator_start, out)
             stages.run("site.yml --check --diff (fresh hosts)", site, out, check=True)
             stages.run("site.yml", site, out)
         for step in steps:
@@ -250,6 +258,11 @@ def _run_chain(out, steps: list, fresh: bool, keep: bool) -> int:
     stages.report("kvtier lab test" + ("" if fresh else f" --stage ({len(steps)} of the chain)"))
     out(f"  peak memory taken {'by the lab' if fresh else 'during the segment'} {peak / 2**30:.1f} GiB")
     return exits.OK if stages.ok else exits.FAILED
+
+
+def _operator_start(out) -> str:
+    operator_install.start(out)
+    return f"{operator_install.CONTAINER}: pip installs kvtier as {operator_install.USER} while the lab provisions"
 
 
 def _down_stage(out) -> str:

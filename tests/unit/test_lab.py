@@ -192,3 +192,26 @@ def test_a_failed_stage_shows_the_storage_vms_kernel_on_its_drives(tmp_path, mon
     lines.clear()
     diagnostics.kernel_digest(lines.append, "kvtier-storage")
     assert lines[1:] == ["  kvtier-storage: nothing"]
+
+
+def test_the_operator_gets_the_lab_inventory_with_the_key_where_they_keep_it():
+    from kvtier.lab import operator_install
+
+    inventory = {
+        "all": {
+            "children": {
+                "storage": {"hosts": {"st": {"ansible_ssh_private_key_file": "/root/.cache/k", "ansible_port": 2222}}},
+                "spark": {"hosts": {"s1": {"ansible_ssh_private_key_file": "/root/.cache/k"}}},
+            }
+        }
+    }
+    mine, theirs = operator_install.as_operator(inventory, "/home/operator/.ssh/lab_key")
+    assert theirs == "/root/.cache/k"
+    assert {
+        h["ansible_ssh_private_key_file"] for g in mine["all"]["children"].values() for h in g["hosts"].values()
+    } == {"/home/operator/.ssh/lab_key"}
+    assert mine["all"]["children"]["storage"]["hosts"]["st"]["ansible_port"] == 2222
+    inventory["all"]["children"]["spark"]["hosts"]["s1"]["ansible_ssh_private_key_file"] = "/elsewhere"
+    inventory["all"]["children"]["storage"]["hosts"]["st"]["ansible_ssh_private_key_file"] = "/root/.cache/k"
+    with pytest.raises(StageFailed, match="names 2 keys"):
+        operator_install.as_operator(inventory, "/home/operator/.ssh/lab_key")
