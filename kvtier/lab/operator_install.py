@@ -23,7 +23,7 @@ from kvtier.lab.stages import StageFailed
 
 CONTAINER = "kvtier-lab-operator"
 IMAGE = images.RECIPES["debian12"].name
-USER = "operator"
+USER = "ops"  # an operator account (Debian already has a group named operator)
 HOME = f"/home/{USER}"
 WHEELS = STATE / "operator-wheels"
 # What the fresh machine gets from Debian before the README's install: Python's venv and an SSH client.

@@ -205,13 +205,13 @@ def test_the_operator_gets_the_lab_inventory_with_the_key_where_they_keep_it():
             }
         }
     }
-    mine, theirs = operator_install.as_operator(inventory, "/home/operator/.ssh/lab_key")
+    mine, theirs = operator_install.as_operator(inventory, "/home/ops/.ssh/lab_key")
     assert theirs == "/root/.cache/k"
     assert {
         h["ansible_ssh_private_key_file"] for g in mine["all"]["children"].values() for h in g["hosts"].values()
-    } == {"/home/operator/.ssh/lab_key"}
+    } == {"/home/ops/.ssh/lab_key"}
     assert mine["all"]["children"]["storage"]["hosts"]["st"]["ansible_port"] == 2222
     inventory["all"]["children"]["spark"]["hosts"]["s1"]["ansible_ssh_private_key_file"] = "/elsewhere"
     inventory["all"]["children"]["storage"]["hosts"]["st"]["ansible_ssh_private_key_file"] = "/root/.cache/k"
     with pytest.raises(StageFailed, match="names 2 keys"):
-        operator_install.as_operator(inventory, "/home/operator/.ssh/lab_key")
+        operator_install.as_operator(inventory, "/home/ops/.ssh/lab_key")
