@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import pathlib
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -75,7 +76,8 @@ def start(out) -> None:
     """The container, its user and the checkout; the install then runs inside it in the background."""
     if _podman("container", "exists", CONTAINER, check=False).returncode == 0:
         return
-    WHEELS.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(WHEELS, ignore_errors=True)  # only the lock's wheels: pip would take a newer one left over
+    WHEELS.mkdir(parents=True)
     download = subprocess.run(
         [
             sys.executable,
