@@ -75,7 +75,9 @@ def journal_digest(out, lines: int = 3, since: str = "-15min") -> None:
 # Kernel messages of the storage VM worth showing after a failed stage: a stalled or failing drive, array or
 # filesystem, and tasks the kernel found blocked (the guest's serial console keeps them even when SSH hangs).
 KERNEL_WORTH = re.compile(
-    r"\[\s*\d+\.\d+\].*(timeout|abort|reset|I/O error|blocked for more than|md/raid|XFS .*(error|shutdown))", re.I
+    r"\[\s*\d+\.\d+\].*"
+    r"(I/O .*timeout|abort|reset controller|I/O error|blocked for more than|md/raid|XFS .*(error|shutdown))",
+    re.I,
 )
 
 

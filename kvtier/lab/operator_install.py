@@ -164,20 +164,24 @@ def as_operator(inventory: dict, key: str) -> tuple:
 
 
 def _copy_inventory() -> str:
-    """The lab's inventory and key as an operator keeps them: in their home, the key only theirs."""
+    """The lab's inventory (hosts.yml, group_vars/) and key as an operator keeps them: in their home, the key only
+    theirs."""
     inventory, key = as_operator(yaml.safe_load(INVENTORY.read_text()), f"{HOME}/.ssh/lab_key")
-    _exec(f"mkdir -p {HOME}/.ssh {HOME}/lab/group_vars/all", user=USER)
+    root = INVENTORY.parent
     files = {
         f"{HOME}/.ssh/lab_key": pathlib.Path(key).read_bytes(),
         f"{HOME}/lab/hosts.yml": yaml.safe_dump(inventory).encode(),
     }
-    files.update(
-        {
-            f"{HOME}/lab/group_vars/all/{p.name}": p.read_bytes()
-            for p in (INVENTORY.parent / "group_vars" / "all").glob("*.yml")
-        }
-    )
+    for folder in ("group_vars", "host_vars"):
+        files.update(
+            {
+                f"{HOME}/lab/{p.relative_to(root)}": p.read_bytes()
+                for p in sorted((root / folder).rglob("*"))
+                if p.is_file()
+            }
+        )
     for path, data in files.items():
+        quoted = shlex.quote(path)
         subprocess.run(
             [
                 "podman",
@@ -188,7 +192,7 @@ def _copy_inventory() -> str:
                 CONTAINER,
                 "bash",
                 "-c",
-                f"umask 077 && cat > {shlex.quote(path)}",
+                f"umask 077 && mkdir -p $(dirname {quoted}) && cat > {quoted}",
             ],
             input=data,
             check=True,

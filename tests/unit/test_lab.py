@@ -215,3 +215,19 @@ def test_the_operator_gets_the_lab_inventory_with_the_key_where_they_keep_it():
     inventory["all"]["children"]["storage"]["hosts"]["st"]["ansible_ssh_private_key_file"] = "/root/.cache/k"
     with pytest.raises(StageFailed, match="names 2 keys"):
         operator_install.as_operator(inventory, "/home/ops/.ssh/lab_key")
+
+
+def test_the_kernels_command_line_is_not_a_drive_problem(tmp_path, monkeypatch):
+    monkeypatch.setenv("KVTIER_VM_STATE", str(tmp_path))
+    (tmp_path / "vm").mkdir()
+    (tmp_path / "vm" / "console.log").write_text(
+        "[    0.000000] Command line: root=/dev/vda console=ttyS0 nvme_core.io_timeout=5\n"
+        "[  722.18] nvme nvme2: I/O 772 (I/O Cmd) QID 1 timeout, aborting\n"
+        "[  722.19] nvme nvme2: Abort status: 0x0\n"
+    )
+    lines: list = []
+    diagnostics.kernel_digest(lines.append, "vm")
+    assert [line.split(": ", 1)[1] for line in lines[1:]] == [
+        "[  722.18] nvme nvme2: I/O 772 (I/O Cmd) QID 1 timeout, aborting",
+        "[  722.19] nvme nvme2: Abort status: 0x0",
+    ]
