@@ -9,16 +9,23 @@ make the expression's meaning depend on their order: `script()` refuses it.
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 
-# Runs first on the node: the function that turns one probe's source text into a module.
+# Runs first on the node: the function that turns one probe's source text into a module. Each module is also known
+# by its name in kvtier's package (kvtier.probes.<name>), so a probe's import of another shipped before it resolves.
 _LOADER = """import sys as _sys
 import types as _types
 
 
-def _kvtier_module(name, text):
-    module = _types.ModuleType(name)
+def _kvtier_module(name, dotted, text):
+    for package in ("kvtier", "kvtier.probes"):
+        if package not in _sys.modules:  # a node has no kvtier; where it is installed, its own modules stay
+            _sys.modules[package] = _types.ModuleType(package)
+            _sys.modules[package].__path__ = []
+    module = _types.ModuleType(dotted)
     _sys.modules[name] = module  # dataclasses look their module up there
+    _sys.modules.setdefault(dotted, module)
     exec(compile(text, name + ".py", "exec"), module.__dict__)
     globals().update((key, value) for key, value in vars(module).items() if not key.startswith("_"))
 """
@@ -47,11 +54,37 @@ def module_name(module) -> str:
     return "kvtier_probe_" + module.__name__.rsplit(".", 1)[-1]
 
 
+def probe_imports(module) -> list:
+    """The kvtier.probes modules `module` imports (as kvtier's package names them), in the order it imports them."""
+    found = []
+    for node in ast.walk(ast.parse(inspect.getsource(module))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("kvtier.probes."):
+            found.append(importlib.import_module(node.module))
+    return list(dict.fromkeys(found))
+
+
+def with_imports(modules) -> list:
+    """`modules` with every kvtier.probes module they import before them, each once."""
+    ordered: list = []
+
+    def add(module) -> None:
+        if module in ordered:
+            return
+        for dependency in probe_imports(module):
+            add(dependency)
+        ordered.append(module)
+
+    for module in modules:
+        add(module)
+    return ordered
+
+
 def script(*modules) -> str:
-    """The script that ships `modules` (kvtier.probes.*) to a node; ScriptError when two define one public name."""
+    """The script that ships `modules` (kvtier.probes.*), and the probe modules they import, to a node; ScriptError
+    when two define one public name."""
     owner: dict[str, str] = {}
     calls = []
-    for module in modules:
+    for module in with_imports(modules):
         text = inspect.getsource(module)
         for name in dict.fromkeys(defined_names(text)):
             if name.startswith("_"):
@@ -59,5 +92,5 @@ def script(*modules) -> str:
             if name in owner:
                 raise ScriptError(f"{name} is defined by both {owner[name]} and {module.__name__}: rename one")
             owner[name] = module.__name__
-        calls.append(f"_kvtier_module({module_name(module)!r}, {text!r})")
+        calls.append(f"_kvtier_module({module_name(module)!r}, {module.__name__!r}, {text!r})")
     return _LOADER + "\n".join(calls) + "\n"

@@ -6,6 +6,7 @@ import ast
 import collections
 import importlib
 import pkgutil
+import subprocess
 import sys
 import textwrap
 
@@ -34,7 +35,7 @@ def _modules_of(script: str) -> dict:
     for node in ast.parse(script).body:
         call = getattr(node, "value", None)
         if isinstance(call, ast.Call) and getattr(call.func, "id", "") == "_kvtier_module":
-            modules[call.args[0].value] = call.args[1].value
+            modules[call.args[0].value] = call.args[2].value
     return modules
 
 
@@ -60,6 +61,28 @@ def test_no_shipped_script_defines_a_name_twice(name):
                 public[defined].append(module)
     shared = {n: m for n, m in public.items() if len(m) > 1}
     assert not shared, f"{name}: public names defined by more than one module: {shared}"
+
+
+def test_a_probe_split_into_modules_runs_where_kvtier_is_not_installed():
+    """The health checks are one module per tier importing each other: the script ships them in import order and
+    resolves their imports on a Python with no kvtier (and no site-packages at all)."""
+    from kvtier.health import gather
+
+    shipped = list(_modules_of(gather.SPARK_SOURCE))
+    assert (
+        shipped.index("kvtier_probe_health_core")
+        < shipped.index("kvtier_probe_health_l2")
+        < shipped.index("kvtier_probe_health")
+    )
+    expression = '[c["check"] for c in spark_checks("s1", {"probe": {"lmcache_healthy": False}}, {})]'
+    proc = subprocess.run(
+        [sys.executable, "-I", "-S", "-c", gather.SPARK_SOURCE + f"\nprint({expression})"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout.strip() == "['lmcache', 'hit']"
 
 
 def _probe_module(tmp_path, monkeypatch, name: str, text: str):

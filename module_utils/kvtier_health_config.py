@@ -1,0 +1,1 @@
+../kvtier/probes/health_config.py

@@ -1,0 +1,1 @@
+../kvtier/probes/health_l2.py

@@ -1,0 +1,1 @@
+../kvtier/probes/health_l3.py
