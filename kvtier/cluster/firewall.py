@@ -1,8 +1,9 @@
 """Who may reach each of a node's kvtier ports, computed from the cluster spec: the rules the `firewall` role loads.
 
 Every data-plane port is open to the cluster's own data addresses only (addresses, not the subnet: a controller or
-another host may share it); vLLM's API to the router and the operator's addresses; the router's client port to the
-client networks, its statistics page to the operator. Ports kvtier does not own are left alone. On a Spark, output
+another host may share it); vLLM's API to the router, the operator's addresses and the monitoring hosts; every
+exporter to the monitoring hosts only, their Prometheus to the operator; the router's client port to the client
+networks, its statistics page to the operator. Ports kvtier does not own are left alone. On a Spark, output
 rules by owner keep every local user but root and the service user off LMCache's port and the L2 server: a local
 user carries the Spark's own address, which the input rules admit.
 """
@@ -62,8 +63,13 @@ def rules(
     admin: tuple = (),
     clients: tuple = ANYWHERE,
     service_uid: int | None = None,
+    scrapers: tuple = (),
+    scraped: tuple = (),
+    prometheus_port: int | None = None,
 ) -> HostRules:
-    """The input and output rules of `host` (a Spark, the storage node, the router or coordinator host, or several)."""
+    """The input and output rules of `host` (a Spark, the storage node, the router, coordinator or monitoring host, or
+    several). `scrapers`: the monitoring hosts' addresses; `scraped`: (what, port) of the exporters on `host`
+    (kvtier.monitoring.targets); `prometheus_port`: the Prometheus `host` runs, if it is a monitoring host."""
     out = HostRules()
     sparks = {n.name: n for n in spec.nodes}
     addresses = tuple(n.data_address for n in spec.nodes)
@@ -72,15 +78,20 @@ def rules(
         others = tuple(n.data_address for n in spec.nodes if n.name != host)
         if router is not None:
             out.input.append(
-                Rule("vLLM's API: the router and the operator", "tcp", node.ports.vllm_http, (router.address, *admin))
+                Rule(
+                    "vLLM's API: the router, the operator and the monitoring hosts",
+                    "tcp",
+                    node.ports.vllm_http,
+                    (router.address, *admin, *scrapers),
+                )
             )
         elif not _open_to_all(clients):
             out.input.append(
                 Rule(
-                    "vLLM's API: the clients (no router) and the operator",
+                    "vLLM's API: the clients (no router), the operator and the monitoring hosts",
                     "tcp",
                     node.ports.vllm_http,
-                    (*clients, *admin),
+                    (*clients, *admin, *scrapers),
                 )
             )
         if spec.p2p is not None:
@@ -121,4 +132,8 @@ def rules(
         if not _open_to_all(clients):
             out.input.append(Rule("the router: the clients", "tcp", router.port, tuple(clients)))
         out.input.append(Rule("the router's statistics page: the operator", "tcp", router.stats_port, tuple(admin)))
+    for what, port in scraped:
+        out.input.append(Rule(f"{what}: the monitoring hosts", "tcp", port, tuple(scrapers)))
+    if prometheus_port is not None:
+        out.input.append(Rule("Prometheus: the operator", "tcp", prometheus_port, tuple(admin)))
     return out

@@ -57,6 +57,9 @@ PACKAGES = (
     # download and unpack under TCG cost ~70 s of every lab run (kv_store_valkey tests the install itself).
     "redis-server",
     "redis-tools",
+    # The monitoring exporters (node_exporter everywhere, the L2 server's): the roles install them on a real host.
+    "prometheus-node-exporter",
+    "prometheus-redis-exporter",
     "less",
     "pciutils",
     "util-linux",

@@ -188,6 +188,8 @@ def render_config(tmp_path, backends, **overrides) -> pathlib.Path:
         router_bind_address="127.0.0.1",
         router_port=_free_port(),
         router_stats_port=_free_port(),
+        router_metrics_port=_free_port(),
+        _router_metrics_address="127.0.0.1",
         router_admin_socket=str(tmp_path / "admin.sock"),
         router_health_interval_ms=200,
         router_secrets_dir=str(tmp_path),
@@ -407,6 +409,18 @@ def test_the_module_changes_only_what_differs_and_names_an_unknown_spark(tmp_pat
         assert run(server="spark02", state="ready")["changed"] is True
         failed = run(server="spark09", state="drain")
         assert failed["failed"] and "has no server spark09 (it has spark01, spark02)" in failed["msg"]
+
+
+def test_prometheus_reads_each_sparks_state_and_nothing_else(tmp_path, stand_ins):
+    with haproxy(tmp_path, _backends(stand_ins)) as variables:
+        base = f"http://127.0.0.1:{variables['router_metrics_port']}"
+        with urllib.request.urlopen(base + "/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+        for spark in ("spark01", "spark02"):
+            assert f'haproxy_server_status{{proxy="vllm",server="{spark}",state="UP"}} 1' in text
+        with pytest.raises(urllib.error.HTTPError) as refused:  # not the statistics page, not the API
+            urllib.request.urlopen(base + "/stats", timeout=5)
+        assert refused.value.code == 403
 
 
 def test_the_statistics_page_shows_each_spark_behind_its_login(tmp_path, stand_ins, trusting):

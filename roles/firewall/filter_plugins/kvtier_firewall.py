@@ -2,7 +2,7 @@
 
     "{{ hostvars | kvtier_firewall_rules(groups, inventory_hostname, settings) }}"
 
-settings: admin (list), clients (list), service_uid (int or none), router_port, router_stats_port.
+settings: admin (list), clients (list), service_uid (int or none), router_port, router_stats_port, prometheus_port.
 Returns {input: [...], output: [...]}, each rule {what, proto, port, v4, v6, owners}.
 """
 
@@ -20,6 +20,7 @@ except ImportError:  # running from a checkout without `pip install -e .`
 from kvtier import cluster
 from kvtier.cluster import derive, firewall
 from kvtier.cluster.inventory import CLUSTER_VAR, plain
+from kvtier.monitoring import targets
 
 
 def _rule(rule: firewall.Rule) -> dict:
@@ -62,6 +63,13 @@ def kvtier_firewall_rules(hostvars, groups, host, settings):
             str(routers[0]), str(address), int(settings["router_port"]), int(settings["router_stats_port"])
         )
     uid = settings.get("service_uid")
+    try:
+        monitored_groups, monitored = targets.inventory_view(hostvars, groups)
+        scraped = targets.targets(monitored_groups, monitored, spec.ports.vllm_http, spec.l2 is not None)
+        scrapers = targets.scrapers(monitored_groups, monitored)
+    except targets.TargetError as exc:
+        raise AnsibleFilterError(f"the firewall cannot place the monitoring hosts: {exc}") from None
+    monitoring = host in (groups.get(targets.MONITORING_GROUP) or [])
     found = firewall.rules(
         spec,
         host,
@@ -70,6 +78,9 @@ def kvtier_firewall_rules(hostvars, groups, host, settings):
         admin=tuple(str(a) for a in settings.get("admin") or []),
         clients=tuple(str(c) for c in settings.get("clients") or []),
         service_uid=int(uid) if uid not in (None, "") else None,
+        scrapers=scrapers,
+        scraped=tuple(targets.scraped_on(scraped, host)),
+        prometheus_port=int(settings.get("prometheus_port") or targets.PROMETHEUS_PORT) if monitoring else None,
     )
     return {"input": [_rule(r) for r in found.input], "output": [_rule(r) for r in found.output]}
 

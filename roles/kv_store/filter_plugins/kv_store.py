@@ -28,9 +28,15 @@ def kv_store_lmcache_logins(secret, user, clients):
     return [{"name": name, "password": password} for name, password in logins]
 
 
+def kv_store_login_password(secret, user):
+    """The password of the ACL user `user`, derived from `secret` (a secret: keep it out of logs)."""
+    return passwords.login_password(str(secret), str(user))
+
+
 class FilterModule:
     def filters(self):
         return {
             "kv_store_password_problems": kv_store_password_problems,
             "kv_store_lmcache_logins": kv_store_lmcache_logins,
+            "kv_store_login_password": kv_store_login_password,
         }
