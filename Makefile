@@ -23,7 +23,7 @@ MOLECULE_SCENARIOS ?= $(CONTAINER_SCENARIOS) $(VM_SCENARIOS)
 # Each scenario's full output is kept here; a failure also prints its failed tasks last.
 LOG_DIR ?= $(CURDIR)/.cache/logs
 
-.PHONY: all bootstrap lab test test-lab test-vm lint unit docs lock resolve-spark molecule lab-test clean help
+.PHONY: all bootstrap lab test test-lab test-vm lint unit docs dashboard lock resolve-spark molecule lab-test clean help
 
 help:
 	@echo "make lab   - provision the local lab with playbooks/site.yml and show the tiers working"
@@ -33,6 +33,7 @@ help:
 	@echo "               the rolling L2 repair under a client stream, the persistence check, lab down"
 	@echo "make test-vm - the QEMU/TCG VM scenarios: nvme_raid_safety (the storage safety gates), roce_netplan"
 	@echo "make resolve-spark - resolve the GPU packages for a DGX Spark (aarch64, CPython 3.12) and check every requirement"
+	@echo "make dashboard - regenerate the Grafana dashboard (roles/monitoring/files/kvtier-dashboard.json) from its code"
 	@echo "make lock  - resolve requirements.in into requirements.lock with every file's sha256 (pip-tools)"
 	@echo "make lint | unit | docs | molecule SCENARIO=name | molecule MOLECULE_SCENARIOS='a b'  - narrower targets"
 
@@ -67,6 +68,10 @@ unit:
 # The reference pages and docs/measurements.md, generated from the code (a unit test fails when one is stale).
 docs:
 	python -m kvtier.reference
+
+# The Grafana dashboard, generated from kvtier/monitoring/dashboard.py (a unit test fails when the JSON is stale).
+dashboard:
+	python -m kvtier.monitoring.dashboard
 
 # The controller's lock: requirements.in resolved with every transitive requirement and each file's sha256, by
 # pip-tools in a venv of its own (pins already in the lock are kept; LOCK_ARGS="--upgrade-package NAME" moves one).
