@@ -59,6 +59,9 @@ RECIPES = {
         BASE_PACKAGES
         + ("openssh-server", "sudo", "nftables", "fio", "podman", "crun", "uidmap", "fuse-overlayfs", "slirp4netns"),
     ),
+    # The lab's operations host (kvtier/lab/operator_install.py): an operator's machine that Ansible also manages (its
+    # Prometheus, node_exporter, firewall), reached over SSH like every node. None of the lab's own packages.
+    "ops": ImageRecipe("localhost/kvtier-ops:12", "bookworm", BASE_PACKAGES + ("openssh-server", "sudo", "nftables")),
 }
 
 

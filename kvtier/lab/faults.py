@@ -8,7 +8,7 @@ import time
 
 from kvtier.health import checks as health_checks
 from kvtier.health import report as health_report
-from kvtier.lab import day2, load_faults
+from kvtier.lab import day2, load_faults, monitoring
 from kvtier.lab.checks import errors_in, health_run, lookup_timeouts, router_kept, under_stream
 from kvtier.lab.inventory import FAULTY_SPARK, STORAGE, STORAGE_DATA_ADDRESS, proof_target
 from kvtier.lab.stages import StageFailed
@@ -19,6 +19,8 @@ from kvtier.vm import host
 # The P2P coordinator's unit (roles/vllm_lmcache/vars/main.yml); after it starts again every LMCache registers within
 # a few heartbeats (the lab's is 1 s) and sees its peers after the next poll: health must be clean well within this.
 COORDINATOR_UNIT = "kvtier-lmcache-coordinator.service"
+# The alert an L2 adapter broken under LMCache fires (roles/monitoring's rules, from the health textfile).
+ALERT = "KvtierHealthCheckFailed"
 
 
 COORDINATOR_RECOVERY_S = 60.0
@@ -292,7 +294,7 @@ def l2_stopped(out) -> str:
     )
 
 
-def l2_came_back(out) -> str:
+def l2_came_back(out, l2_back: float | None = None) -> str:
     """After the storage node's reboot emptied and restarted L2: requests keep succeeding, health names the broken
     LMCache adapter on every Spark (L2_RESTARTED_UNDER_LMCACHE, L2_STORES_FAILING where the counters show it, and a
     canary's L2 step); playbooks/repair_lmcache.yml (the rolling restart in repair mode) restores it while a client
@@ -311,6 +313,12 @@ def l2_came_back(out) -> str:
     l2_caught = {c["host"] for c in seen if c["tier"] == "l2" and c["status"] == health_probe.ERR}
     if l2_caught != set(t.nodes):
         raise StageFailed(f"the canaries saw the broken L2 adapter on {sorted(l2_caught) or 'no Spark'} only")
+    # The operator's view: the health timer's run on ops01 turns the fault into an alert in Prometheus.
+    # `l2_back`: when the storage node's reboot stage proved L2 back (the fault's start, as near as the lab knows it).
+    health_seconds = monitoring.run_health_now()
+    fired = monitoring.wait_for(ALERT, {"tier": "l2"}, set(t.nodes), firing=True)
+    since = f"{time.time() - l2_back:.0f} s after L2 came back, " if l2_back else ""
+    out(f"  {ALERT} (tier l2) firing for every Spark: {since}{fired:.0f} s after a {health_seconds:.0f} s health run")
     repair_began = time.time()
     seconds, streamed = under_stream(out, "repair_lmcache.yml", t.model)
     found, _ = health_run(out)
@@ -319,10 +327,15 @@ def l2_came_back(out) -> str:
         raise StageFailed("after repair_lmcache.yml: " + ", ".join(errors))
     # Each Spark left the P2P group before its LMCache stopped: no peer waited on it.
     lookup_timeouts(out, repair_began)
+    monitoring.run_health_now()
+    resolved = monitoring.wait_for(ALERT, {"tier": "l2"}, set(t.nodes), firing=False)
+    out(f"  {ALERT} (tier l2) resolved {resolved:.0f} s after the next health run")
+    panels = monitoring.panels_answer(out)
     codes = sorted({c["code"] for c in seen if c["tier"] == "l2" and c["status"] == health_probe.ERR})
     return (
         f"L2_RESTARTED_UNDER_LMCACHE on {len(named)}, L2_STORES_FAILING on {len(failing)} Spark(s), canaries "
         f"{'/'.join(codes)} on {len(l2_caught)}; "
         f"0 of {len(times)} requests failed (slowest {max(times, default=0):.2f} s); repair_lmcache.yml in "
-        f"{seconds:.0f} s: {streamed}; no ERR, no P2P lookup timed out"
+        f"{seconds:.0f} s: {streamed}; no ERR, no P2P lookup timed out; {ALERT} firing {since}{fired:.0f} s after a "
+        f"health run, resolved {resolved:.0f} s after the next; {panels}"
     )

@@ -7,7 +7,7 @@ import hashlib
 import subprocess
 
 from kvtier import images, wheelhouse
-from kvtier.lab import credentials, fabric, sparks, standin
+from kvtier.lab import credentials, fabric, operator_install, sparks, standin
 from kvtier.lab.inventory import (
     CONTAINER_SPARK,
     INVENTORY,
@@ -94,6 +94,7 @@ def provisioned_digest() -> str | None:
 def _build_images(out) -> tuple:
     """(the stand-in's reference, the lab's SSH key): every image the hosts start from, built where missing."""
     images.build(images.RECIPES["spark"], log=lambda m: out("  " + m))
+    images.build(images.RECIPES["ops"], log=lambda m: out("  " + m))
     wheelhouse.build(str(WHEELHOUSE), log=lambda m: out("  " + m))
     standin_ref = standin.build(str(WHEELHOUSE), log=lambda m: out("  " + m))
     key = image.build(log=lambda m: out("  " + m)).key  # the VM image's key is the lab's key for every host
@@ -120,6 +121,9 @@ def create(out, created: list) -> str:
             f"  {name}: container {sparks.container(name)} at {address} "
             f"({'started' if name in created else 'already running'})"
         )
+    if operator_install.start_host(key + ".pub"):
+        created.append(operator_install.HOST)
+    out(f"  {operator_install.HOST}: container {operator_install.CONTAINER} at {operator_install.ADDRESS} (operations)")
     fabric.ensure_tap()
     out(f"  storage VM data NIC: tap {fabric.TAP} on bridge {fabric.bridge()}")
     # ~90 s for 2.5 GB: while the storage VM boots.
@@ -131,11 +135,11 @@ def create(out, created: list) -> str:
         loading.result()
     if started:
         created.append(STORAGE)
-    for name, address in SPARKS.items():
+    for name, address in {**SPARKS, operator_install.HOST: operator_install.ADDRESS}.items():
         seconds = sparks.wait_ssh(name, address, key)
         out(f"  {name}: SSH at {address} ({seconds:.0f} s)")
     write_inventory(vm)
-    return f"{len(created)} of {len(SPARKS) + 1} hosts created"
+    return f"{len(created)} of {len(SPARKS) + 2} hosts created"
 
 
 def record_provisioned() -> None:
@@ -203,4 +207,6 @@ def status(out=print) -> int:
         )
     for name, address in SPARKS.items():
         out(f"{name:<16} {sparks.state(name) or 'absent':<8} {address:<14} container {sparks.container(name)}")
+    ops = "running" if operator_install.CONTAINER in sparks.lab_containers() else "absent"
+    out(f"{operator_install.HOST:<16} {ops:<8} {operator_install.ADDRESS:<14} container {operator_install.CONTAINER}")
     return 0

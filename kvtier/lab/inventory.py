@@ -63,6 +63,10 @@ STORAGE_DATA_ADDRESS = "10.213.7.10"
 SPARKS = {"spark01": "10.213.7.21", "spark02": "10.213.7.22"}
 
 
+# The operations host: the operator's machine, the lab's Prometheus and health timer (kvtier.lab.operator_install).
+OPS_HOST, OPS_ADDRESS = "ops01", "10.213.7.30"
+
+
 # The Spark that runs the container route (its services in the stand-in for NVIDIA's vLLM image, LMCache added by
 # the role); the other keeps the venv route. Both routes render the same argv, so they serve one cluster.
 CONTAINER_SPARK = "spark02"
@@ -105,9 +109,23 @@ def render(vm: host.VM) -> dict:
         }
         for name, address in SPARKS.items()
     }
+    # The operations host (kvtier.lab.operator_install): Prometheus and the health timer run there.
+    ops = {
+        OPS_HOST: {
+            "ansible_host": OPS_ADDRESS,
+            "ansible_user": image.LOGIN_USER,
+            "ansible_ssh_private_key_file": ssh["identity_file"],
+            "ansible_ssh_common_args": storage["ansible_ssh_common_args"],
+            "kvtier_data_address": OPS_ADDRESS,
+        }
+    }
     return {
         "all": {
-            "children": {"storage": {"hosts": {STORAGE: storage}}, "spark": {"hosts": spark_hosts}},
+            "children": {
+                "storage": {"hosts": {STORAGE: storage}},
+                "spark": {"hosts": spark_hosts},
+                "kvtier_monitoring": {"hosts": ops},
+            },
             "vars": {
                 # An unprivileged login user that becomes root, as on a real cluster (the example inventory's).
                 "ansible_become": True,

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from kvtier import exits
-from kvtier.lab import operator_install
+from kvtier.lab import monitoring, operator_install
 from kvtier.lab.checks import (
     IDLE_SECONDS,
     attacks,
@@ -133,8 +133,8 @@ CHAIN = (
     ),
     Step(
         "operator",
-        "an operator's controller: install as a user, plan, health, prove",
-        lambda out, marks: operator_install.run(out),
+        "an operator's machine (ops01): install as a user, plan, health, prove; its health timer",
+        lambda out, marks: f"{operator_install.run(out)}; {monitoring.install_health_timer(out)}",
         "operator",
     ),
     Step("attacker", "attacker: firewall, API keys, tenants apart", lambda out, marks: attacks(out), "attacker"),
@@ -181,13 +181,13 @@ CHAIN = (
     Step(
         "storage-reboot",
         "storage node reboot (array, link, export, L2 back; a client mounts it)",
-        lambda out, marks: storage_reboot(out),
+        lambda out, marks: _then_mark(marks, "l2_back", storage_reboot(out)),
         "storage",
     ),
     Step(
         "l2-repair",
-        "fault: L2 restarted under LMCache, rolling repair (client stream)",
-        lambda out, marks: l2_came_back(out),
+        "fault: L2 restarted under LMCache: its alert, rolling repair (client stream), resolved; dashboard queries",
+        lambda out, marks: l2_came_back(out, marks.get("l2_back")),
         "storage",
     ),
     Step(
@@ -198,6 +198,12 @@ CHAIN = (
     ),
     Step("secrets", "no secret in any node's journal", lambda out, marks: no_secret_in_logs(out), "secrets"),
 )
+
+
+def _then_mark(marks: dict, name: str, note: str) -> str:
+    """Record when a stage ended (a later stage measures from it), and pass its note on."""
+    marks[name] = time.time()
+    return note
 
 
 class UnknownStage(ValueError):

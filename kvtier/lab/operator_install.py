@@ -1,9 +1,11 @@
-"""An operator's controller: a fresh Debian container with Debian's python3, python3-venv and an SSH client (none of
-the lab's packages), where a user who is not root installs kvtier from the checkout as the README says, then runs
-`kvtier plan`, `kvtier health` and `kvtier prove` against the lab with a copy of its inventory and key.
+"""An operator's machine, ops01: a fresh Debian host on the lab network (systemd, SSH, none of the lab's packages),
+where a user who is not root installs kvtier from the checkout as the README says, then runs `kvtier plan`,
+`kvtier health` and `kvtier prove` against the lab with a copy of its inventory and key.
 
-The install starts when the lab's hosts exist and runs beside the lab's first stages (pip reads wheels this host
-already has, so it needs no index); the stage then waits for it and runs the commands.
+It is also the lab's operations host, in the inventory's group kvtier_monitoring: site.yml installs Prometheus there,
+and the operator's stage installs the health timer with the operator's kvtier, as an operator would
+(playbooks/health_timer.yml). The host starts with the lab's other hosts; the install runs beside the lab's first
+stages (pip reads wheels this host already has, so it needs no index); the stage then waits for it.
 """
 
 from __future__ import annotations
@@ -18,12 +20,13 @@ import time
 import yaml
 
 from kvtier import images
-from kvtier.lab import fabric
-from kvtier.lab.inventory import INVENTORY, REPO, STATE
+from kvtier.lab import fabric, sparks
+from kvtier.lab.inventory import INVENTORY, OPS_ADDRESS, OPS_HOST, REPO, STATE
 from kvtier.lab.stages import StageFailed
 
-CONTAINER = "kvtier-lab-operator"
-IMAGE = images.RECIPES["debian12"].name
+HOST, ADDRESS = OPS_HOST, OPS_ADDRESS
+CONTAINER = "kvtier-lab-ops01"
+IMAGE = images.RECIPES["ops"].name
 USER = "ops"  # an operator account (Debian already has a group named operator)
 HOME = f"/home/{USER}"
 WHEELS = STATE / "operator-wheels"
@@ -72,9 +75,45 @@ def _source_files() -> list[str]:
     return [name for name in listed if name and (REPO / name).exists()]
 
 
-def start(out) -> None:
-    """The container, its user and the checkout; the install then runs inside it in the background."""
+def start_host(public_key: str) -> bool:
+    """ops01 on the lab network with systemd and the lab's login user (as every lab host); False when it runs."""
     if _podman("container", "exists", CONTAINER, check=False).returncode == 0:
+        if _podman("exec", CONTAINER, "true", check=False).returncode == 0:
+            return False
+        _podman("rm", "--force", "--time", "10", CONTAINER)
+    _podman(
+        "run",
+        "--detach",
+        "--name",
+        CONTAINER,
+        "--hostname",
+        HOST,
+        "--label",
+        fabric.LABEL,
+        "--network",
+        fabric.NETWORK,
+        "--ip",
+        ADDRESS,
+        "--systemd",
+        "always",
+        # The firewall role loads an nftables table in its own network namespace; the health timer's unit runs in a
+        # mount namespace of its own (PrivateTmp, ProtectSystem), as on a real host.
+        "--cap-add",
+        "NET_ADMIN",
+        "--cap-add",
+        "SYS_ADMIN",
+        "--volume",
+        f"{public_key}:/root/.ssh/authorized_keys:ro",
+        IMAGE,
+        "/sbin/init",
+    )
+    sparks.add_login_user(HOST, CONTAINER)
+    return True
+
+
+def start(out) -> None:
+    """The operator's user, the checkout and the wheels; the install then runs on ops01 in the background."""
+    if _exec(f"id {USER}", check=False).returncode == 0:
         return
     shutil.rmtree(WHEELS, ignore_errors=True)  # only the lock's wheels: pip would take a newer one left over
     WHEELS.mkdir(parents=True)
@@ -98,21 +137,8 @@ def start(out) -> None:
     )
     if download.returncode != 0:
         raise StageFailed(f"the wheels for the operator's install: {download.stderr.strip()[-800:]}")
-    _podman(
-        "run",
-        "--detach",
-        "--name",
-        CONTAINER,
-        "--label",
-        fabric.LABEL,
-        "--network",
-        "host",
-        "--volume",
-        f"{WHEELS}:/wheels:ro",
-        IMAGE,
-        "sleep",
-        "infinity",
-    )
+    _exec("mkdir -p /wheels")
+    subprocess.run(["podman", "cp", f"{WHEELS}/.", f"{CONTAINER}:/wheels"], capture_output=True, text=True, check=True)
     _exec(f"useradd --create-home --shell /bin/bash {USER} && mkdir {HOME}/kvtier")
     archive = subprocess.run(
         ["tar", "-C", str(REPO), "-cf", "-", "--null", "-T", "-"],
@@ -152,12 +178,16 @@ def _wait_install(timeout: float = 900) -> float:
 
 
 def as_operator(inventory: dict, key: str) -> tuple:
-    """The inventory with every host's key at `key` (where the operator keeps it), and the one key it named."""
+    """The inventory with every host's key at `key` (where the operator keeps it), and the one key it named. A host
+    the lab reaches through a forwarded port on its own loopback (the storage VM) is reached at its data address."""
     named = set()
     for group in inventory["all"]["children"].values():
         for hostvars in group["hosts"].values():
             named.add(hostvars["ansible_ssh_private_key_file"])
             hostvars["ansible_ssh_private_key_file"] = key
+            if hostvars.get("ansible_host") == "127.0.0.1":
+                hostvars["ansible_host"] = hostvars["kvtier_data_address"]
+                hostvars["ansible_port"] = 22
     if len(named) != 1:
         raise StageFailed(f"the lab inventory names {len(named)} keys; one was expected")
     return inventory, named.pop()

@@ -101,9 +101,10 @@ chmod 440 /etc/sudoers.d/{LOGIN_USER}
 """
 
 
-def add_login_user(host: str) -> None:
-    """The Spark's login user (`LOGIN_USER`): what Ansible and the CLI log in as."""
-    _podman("exec", container(host), "sh", "-c", _LOGIN_USER_SCRIPT)
+def add_login_user(host: str, name: str | None = None) -> None:
+    """The host's login user (`LOGIN_USER`): what Ansible and the CLI log in as (`name`: its container's, when it is
+    not a Spark's)."""
+    _podman("exec", name or container(host), "sh", "-c", _LOGIN_USER_SCRIPT)
 
 
 def ssh_args(address: str, key: str) -> list:

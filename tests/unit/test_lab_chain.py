@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import collections
+import time
 
 import pytest
 
@@ -45,14 +46,17 @@ def test_stage_runs_its_segment_on_the_kept_lab_and_leaves_it_up(tmp_path, monke
         monkeypatch.setattr(lab, name, lambda out, *args, _name=name: ran.append((_name, *args)) or "")
     monkeypatch.setattr(lab, "_down_stage", lambda out: ran.append("down") or "")
     monkeypatch.setattr(lab, "journal_digest", lambda out: None)
+    began = time.time()
     assert lab.test(out=lambda _: None, stage="l2-stopped") == exits.OK
-    assert ran == [
+    assert ran[:3] + ran[4:] == [
         ("persistence", "store"),
         ("l2_stopped",),
         ("storage_reboot",),
-        ("l2_came_back",),
         ("persistence", "replay"),
     ]
+    # The L2 fault's stage measures its alert from the moment the reboot stage proved L2 back.
+    name, l2_back = ran[3]
+    assert name == "l2_came_back" and began <= l2_back <= time.time()
     # A failing step ends the segment: FAILED, and the lab is still left up to look into.
     ran.clear()
     monkeypatch.setattr(lab, "l2_stopped", lambda out: (_ for _ in ()).throw(lab.StageFailed("L2_DOWN on no host")))
