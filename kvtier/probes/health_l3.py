@@ -105,7 +105,8 @@ def free_checks(host, tier, prefix, path, state):
                 ERR,
                 f"{prefix}_FULL",
                 f"{path} has {ratio:.1%} free",
-                "free space on the array (LMCache's fs adapter does not evict)",
+                "LMCache does not evict L3: check kvtier-l3-evictor.timer on its host "
+                "(playbooks/l3_evictor.yml) and that its budget fits the array",
             )
         ]
     if ratio < FREE_WARN:
@@ -116,7 +117,8 @@ def free_checks(host, tier, prefix, path, state):
                 WARN,
                 f"{prefix}_FULL",
                 f"{path} has {ratio:.1%} free",
-                "free space on the array soon (LMCache's fs adapter does not evict)",
+                "LMCache does not evict L3: check that kvtier-l3-evictor.timer runs "
+                "(playbooks/l3_evictor.yml) and that its budget fits the array",
             )
         ]
     return [check(host, tier, OK, f"{prefix}_OK", f"{path} writable, {ratio:.0%} free")]
