@@ -48,7 +48,7 @@ L3_FS = f'mountpoint="{L3_MOUNT_POINT}",{HOST}'
 @dataclasses.dataclass(frozen=True)
 class Panel:
     """One panel, one query. hosts: the inventory group a live cluster's answer must hold a series for
-    ("spark", "storage", "router", "monitoring" or "any"); kind: Grafana's visualization."""
+    ("spark", "storage", "router", "monitoring", "l3_evictor" or "any"); kind: Grafana's visualization."""
 
     title: str
     expr: str
@@ -131,6 +131,13 @@ PANELS = (
         f"1 - node_filesystem_avail_bytes{{{L3_FS}}} / node_filesystem_size_bytes{{{L3_FS}}}",
         "percentunit",
         ("storage",),
+        ROW_LOWER,
+    ),
+    Panel(
+        "L3 NVMe pool: used of the evictor's budget (high watermark at 90 %)",
+        f"kvtier_l3_used_bytes{{{HOST}}} / kvtier_l3_budget_bytes{{{HOST}}}",
+        "percentunit",
+        ("l3_evictor",),
         ROW_LOWER,
     ),
     Panel(
