@@ -22,7 +22,10 @@ def _cmd_plan(args: argparse.Namespace) -> int:
         budget = Budget(
             hw.unified_gib, weights, args.gpu_kv_gib, args.l0_dram_gib, args.runtime_overhead_gib, args.os_reserve_gib
         )
-        plan = report.build(kv, hw, budget, args.chunk_size, tuple(args.context or report.DEFAULT_CONTEXTS))
+        if args.l3_store_gbs is not None and args.l3_store_gbs <= 0:
+            raise model.PlanError("--l3-store-gbs must be a positive rate (GB/s of new chunks stored)")
+        contexts = tuple(args.context or report.DEFAULT_CONTEXTS)
+        plan = report.build(kv, hw, budget, args.chunk_size, contexts, l3_store_gbs=args.l3_store_gbs)
     except model.PlanError as exc:
         print(f"kvtier plan: {exc}", file=sys.stderr)
         return 2
@@ -44,5 +47,10 @@ def register(sub) -> None:
     p.add_argument("--l0-dram-gib", type=float, default=32.0, help="LMCache DRAM per Spark, kvtier's L0 (default 32)")
     p.add_argument("--runtime-overhead-gib", type=float, default=4.0, help="CUDA/runtime overhead (default 4)")
     p.add_argument("--os-reserve-gib", type=float, default=8.0, help="left to the OS and page cache (default 8)")
+    p.add_argument(
+        "--l3-store-gbs",
+        type=float,
+        help="GB/s of new chunks the cluster stores to L3, for how long L3 keeps one (default: every Spark's prefill)",
+    )
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
     p.set_defaults(func=_cmd_plan)

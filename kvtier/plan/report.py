@@ -8,9 +8,39 @@ from kvtier.plan import tiers as tier_plan
 from kvtier.plan.model import ModelKV
 
 DEFAULT_CONTEXTS = (1024, 4096, 16384, 32768)
+# The L3 evictor removes chunks down to this share of its budget (roles/l3_evictor: l3_evictor_low_watermark).
+L3_LOW_WATERMARK = 0.75
 
 
-def build(model: ModelKV, hardware: hw.Hardware, budget: Budget, chunk_size: int, contexts=DEFAULT_CONTEXTS) -> dict:
+def l3_retention(capacity_bytes: float, prefill: float, model: ModelKV, sparks: int, store_gbs: float | None) -> dict:
+    """How long L3 keeps a chunk nobody reads again: the evictor's low watermark of the pool, divided by the rate new
+    chunks arrive (given, or every Spark prefilling new context at its full rate: the fastest the pool can turn)."""
+    worst = sparks * prefill * model.bytes_per_token / 1e9
+    rate = store_gbs if store_gbs else worst
+    basis = "given" if store_gbs else f"{sparks} Sparks each storing what it prefills at {prefill:,.0f} tokens/s"
+    return {
+        "store_gbs": rate,
+        "basis": basis,
+        "seconds": L3_LOW_WATERMARK * capacity_bytes / (rate * 1e9),
+        "low_watermark": L3_LOW_WATERMARK,
+    }
+
+
+def _duration(seconds: float) -> str:
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:,.1f} {unit}"
+    return f"{seconds:.0f} s"
+
+
+def build(
+    model: ModelKV,
+    hardware: hw.Hardware,
+    budget: Budget,
+    chunk_size: int,
+    contexts=DEFAULT_CONTEXTS,
+    l3_store_gbs: float | None = None,
+) -> dict:
     prefill, prefill_basis = tier_plan.prefill_rate(model, hardware)
     rows = []
     for tier in tier_plan.tiers(model, hardware, budget, chunk_size):
@@ -59,6 +89,14 @@ def build(model: ModelKV, hardware: hw.Hardware, budget: Budget, chunk_size: int
             },
         },
         "sources": dict(hw.SOURCES),
+        "l3_retention": next(
+            (
+                l3_retention(r["capacity_gib"] * GIB, prefill, model, hardware.sparks, l3_store_gbs)
+                for r in rows
+                if r["tier"] == "l3"
+            ),
+            None,
+        ),
     }
 
 
@@ -101,6 +139,14 @@ def text(plan: dict) -> str:
     lines += [f"    {row['label']}: {row['basis']}" for row in plan["tiers"]]
     lines += [f"    {key}: {value}" for key, value in plan["sources"].items()]
     lines.append(f"    drive: {plan['hardware']['drive_source']}")
+    kept = plan.get("l3_retention")
+    if kept:
+        lines += [
+            "",
+            f"  L3 keeps a chunk nobody reads again for {_duration(kept['seconds'])} at {kept['store_gbs']:.2f} "
+            f"GB/s of new chunks ({kept['basis']}; the evictor's low watermark, {kept['low_watermark']:.0%} of the "
+            "pool); a chunk read again stays longer",
+        ]
     parts = " + ".join(
         f"{key.split('.')[-1].removesuffix('_gib')} {value:.1f}" for key, value in mem["parts_gib"].items()
     )

@@ -152,3 +152,18 @@ def test_the_command(capsys):
     assert cli.main(["plan", "--model", "Qwen3-8B", "--gpu-kv-gib", "90"]) == 1
     assert "PROBLEM: each Spark: memory over budget" in capsys.readouterr().out
     assert cli.main(["plan", "--model", "nope"]) == 2
+
+
+def test_l3_keeps_an_unread_chunk_for_its_low_watermark_over_the_store_rate(capsys):
+    kv = model.load("Qwen3-8B")
+    hw = hardware.load(None)
+    plan = report.build(kv, hw, memory.Budget(119, kv.weights_gib, 40, 32, 4, 8), 256, (1024,), l3_store_gbs=2.0)
+    l3 = next(r for r in plan["tiers"] if r["tier"] == "l3")
+    kept = plan["l3_retention"]
+    assert kept["seconds"] == pytest.approx(report.L3_LOW_WATERMARK * l3["capacity_gib"] * 2**30 / 2e9)
+    # Without a rate: every Spark storing what it prefills, the fastest the pool can turn.
+    worst = report.build(kv, hw, memory.Budget(119, kv.weights_gib, 40, 32, 4, 8), 256, (1024,))["l3_retention"]
+    assert worst["store_gbs"] == pytest.approx(hw.sparks * plan["prefill_tokens_per_s"] * kv.bytes_per_token / 1e9)
+    assert "L3 keeps a chunk nobody reads again for" in report.text(plan)
+    assert cli.main(["plan", "--model", "Qwen3-8B", "--l3-store-gbs", "0"]) == 2
+    assert "--l3-store-gbs must be a positive rate" in capsys.readouterr().err
