@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from kvtier import exits
-from kvtier.lab import monitoring, operator_install
+from kvtier.lab import eviction, monitoring, operator_install
 from kvtier.lab.checks import (
     IDLE_SECONDS,
     attacks,
@@ -195,6 +195,12 @@ CHAIN = (
         "persistence check: replay the set (L2 emptied, every Spark restarted)",
         lambda out, marks: persistence(out, "replay"),
         "storage",
+    ),
+    Step(
+        "l3-evict",
+        "L3 evictor: the pool past its high watermark under a client stream",
+        lambda out, marks: eviction.fill_past_the_watermark(out),
+        "l3-evict",
     ),
     Step("secrets", "no secret in any node's journal", lambda out, marks: no_secret_in_logs(out), "secrets"),
 )

@@ -26,6 +26,7 @@ PANEL_HOSTS = {
     "storage": {STORAGE},
     "router": {STORAGE},
     "monitoring": {operator_install.HOST},
+    "l3_evictor": {"spark01"},  # inventory/lab: kvtier_l3_evictor_node
     "any": set(),
 }
 
