@@ -68,3 +68,15 @@ def test_bad_settings_are_refused_before_anything_is_written(tmp_path):
     )
     assert rc != 0 and written == {}
     assert any("l3_evictor_low_watermark (0.7) < l3_evictor_high_watermark (0.5)" in m for m in failed), failed
+
+
+def test_an_evictor_host_outside_the_inventory_is_refused(tmp_path):
+    inventory = tmp_path / "hosts.yml"
+    inventory.write_text(
+        "spark:\n  hosts:\n    spark01:\n      ansible_connection: local\n"
+        "  vars:\n    kvtier_cluster: {tiers: [l0, l3]}\n    kvtier_l3_evictor_node: storage09\n"
+    )
+    rc, report = run_json(tmp_path, "playbooks/l3_evictor.yml", "-i", inventory, "--check")
+    failed = [str(r.get("msg")) for r in results(report) if r.get("failed")]
+    assert rc != 0
+    assert any("kvtier_l3_evictor_node=storage09 is not an inventory host" in m for m in failed), failed
