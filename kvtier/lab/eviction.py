@@ -25,7 +25,7 @@ MIN_AGE_S = 1
 # New prompts sent to each Spark while the client streams (each stores its chunks to L3).
 FILL_PROMPTS = 12
 # The budget: this share of what the pool holds when the stage starts (the first run then evicts at once), and at
-# least what the fill overflows several times over (the lab model's prompts store ~3 MiB each), so that chunks
+# least what the fill overflows several times over, so that chunks
 # younger than the minimum age cannot hold the pool over its high watermark on their own.
 BUDGET_SHARE = 0.8
 BUDGET_FLOOR = 32 * 2**20

@@ -82,7 +82,7 @@ def _get(path: str, **params) -> dict:
 def alerts(name: str) -> list:
     """The alerts called `name` Prometheus holds now, pending or firing, as label dicts with their state."""
     return [
-        {**a["labels"], "state": a["state"], "activeAt": a.get("activeAt", "")}
+        {**a["labels"], "state": a["state"]}
         for a in _get("/api/v1/alerts")["alerts"]
         if a["labels"].get("alertname") == name
     ]

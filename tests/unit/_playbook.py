@@ -30,3 +30,18 @@ def results(report):
     for play in report["plays"]:
         for task in play["tasks"]:
             yield from task["hosts"].values()
+
+
+def check_units(tmp_path, *args) -> tuple:
+    """(return code, {unit file name: text it would write}, failure messages) of `ansible-playbook ARGS --check
+    --diff`: the systemd units a role would write, read from the diffs of its tasks."""
+    rc, report = run_json(tmp_path, *args, "--check", "--diff")
+    written, failed = {}, []
+    for result in results(report):
+        if result.get("failed"):
+            failed.append(str(result.get("msg")))
+        for item in result.get("results", [result]):
+            dest = str(item.get("invocation", {}).get("module_args", {}).get("dest", ""))
+            if dest.startswith("/etc/systemd/system/") and item.get("diff"):
+                written[pathlib.Path(dest).name] = item["diff"][0]["after"]
+    return rc, written, failed

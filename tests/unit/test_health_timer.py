@@ -4,14 +4,13 @@ The command line is the CLI's own (kvtier.health.cli.command), so the unit canno
 
 import argparse
 import json
-import pathlib
 import subprocess
 
 import pytest
 
 from kvtier.health import cli
 
-from ._playbook import results, run_json
+from ._playbook import check_units, results, run_json
 
 UNITS = ("kvtier-health.service", "kvtier-health.timer")
 
@@ -21,17 +20,9 @@ def run_check(tmp_path, **extravars):
     # An inventory without hosts: localhost is then the implicit one (local, the playbook's own Python), as for an
     # operator whose inventory lists only the cluster.
     (tmp_path / "empty.yml").write_text("all: {}\n")
-    args = ["playbooks/health_timer.yml", "-i", tmp_path / "empty.yml", "--check", "--diff"]
-    rc, report = run_json(tmp_path, *args, "-e", json.dumps(extravars))
-    written, failed = {}, []
-    for result in results(report):
-        if result.get("failed"):
-            failed.append(str(result.get("msg")))
-        for item in result.get("results", [result]):
-            dest = str(item.get("invocation", {}).get("module_args", {}).get("dest", ""))
-            if dest.startswith("/etc/systemd/system/") and item.get("diff"):
-                written[pathlib.Path(dest).name] = item["diff"][0]["after"]
-    return rc, written, failed
+    return check_units(
+        tmp_path, "playbooks/health_timer.yml", "-i", tmp_path / "empty.yml", "-e", json.dumps(extravars)
+    )
 
 
 @pytest.fixture

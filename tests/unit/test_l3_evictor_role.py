@@ -2,10 +2,9 @@
 the one asked for) and bad settings refused before anything is written."""
 
 import json
-import pathlib
 import subprocess
 
-from ._playbook import results, run_json
+from ._playbook import check_units, results, run_json
 
 UNITS = ("kvtier-l3-evictor.service", "kvtier-l3-evictor.timer")
 
@@ -16,18 +15,7 @@ def run_check(tmp_path, **extravars):
     playbook.write_text("- hosts: localhost\n  gather_facts: false\n  roles: [l3_evictor]\n")
     (tmp_path / "empty.yml").write_text("all: {}\n")
     extravars = {"l3_evictor_path": str(tmp_path / "pool"), **extravars}
-    rc, report = run_json(
-        tmp_path, playbook, "-i", tmp_path / "empty.yml", "--check", "--diff", "-e", json.dumps(extravars)
-    )
-    written, failed = {}, []
-    for result in results(report):
-        if result.get("failed"):
-            failed.append(str(result.get("msg")))
-        for item in result.get("results", [result]):
-            dest = str(item.get("invocation", {}).get("module_args", {}).get("dest", ""))
-            if dest.startswith("/etc/systemd/system/") and item.get("diff"):
-                written[pathlib.Path(dest).name] = item["diff"][0]["after"]
-    return rc, written, failed
+    return check_units(tmp_path, playbook, "-i", tmp_path / "empty.yml", "-e", json.dumps(extravars))
 
 
 def test_check_mode_shows_units_that_systemd_accepts(tmp_path):
