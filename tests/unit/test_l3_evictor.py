@@ -116,6 +116,27 @@ def test_the_command_reports_and_writes_its_metrics(pool, tmp_path_factory, caps
         assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
+def test_the_counters_carry_from_run_to_run(pool, tmp_path_factory):
+    root, paths = pool
+    metrics = tmp_path_factory.mktemp("textfile") / "kvtier-l3.prom"
+    size = on_disk(paths[0])
+    args = [str(root), "--budget-bytes", str(10 * size), "--low", "0.5", "--min-age", "0", "--textfile", str(metrics)]
+    assert evictor.main(args) == 0  # ten chunks: five go
+    chunk(root, "new/a", used_ago=1)
+    chunk(root, "new/b", used_ago=1)
+    assert evictor.main(args) == 0  # seven chunks: under the high watermark, none go
+    for name in ("c", "d", "e"):
+        chunk(root, f"new/{name}", used_ago=1)
+    assert evictor.main(args) == 0  # ten again: five go
+    totals = evictor.previous_totals(str(metrics))
+    assert totals == {
+        "kvtier_l3_evictor_runs_total": 3,
+        "kvtier_l3_evicted_chunks_total": 10,
+        "kvtier_l3_evicted_bytes_total": 10 * size,
+    }
+    assert "kvtier_l3_evicted_chunks 5\n" in metrics.read_text()  # the last run's own figure stays a gauge
+
+
 def test_bad_input_is_refused_before_anything_is_removed(pool, capsys):
     root, paths = pool
     with pytest.raises(SystemExit):

@@ -107,8 +107,29 @@ def evict(root: str, budget: int, high: float, low: float, min_age: float, now: 
     return run
 
 
-def textfile(run: Run, budget: int, high: float, low: float, now: float) -> str:
-    """node_exporter textfile metrics of this run (the pool's fill against its watermarks)."""
+# Counters the textfile carries from run to run (a missing or unreadable textfile starts them at zero again, which
+# Prometheus reads as a counter reset).
+TOTALS = ("kvtier_l3_evictor_runs_total", "kvtier_l3_evicted_chunks_total", "kvtier_l3_evicted_bytes_total")
+
+
+def previous_totals(path: str | None) -> dict:
+    """The counters of the last run's textfile at `path`: {name: value}, zero where absent."""
+    totals = dict.fromkeys(TOTALS, 0)
+    try:
+        with open(path or "") as handle:
+            for line in handle:
+                name, _, value = line.partition(" ")
+                if name in totals:
+                    totals[name] = int(float(value))
+    except (OSError, ValueError):
+        pass
+    return totals
+
+
+def textfile(run: Run, budget: int, high: float, low: float, now: float, before: dict | None = None) -> str:
+    """node_exporter textfile metrics of this run (the pool's fill against its watermarks), with the counters of
+    every run so far (`before`: those of the run before this one)."""
+    before = before or dict.fromkeys(TOTALS, 0)
     rows = [
         ("kvtier_l3_used_bytes", "gauge", "Bytes of L3 chunks after the evictor's last run.", run.used_after),
         ("kvtier_l3_budget_bytes", "gauge", "The L3 pool's byte budget.", budget),
@@ -118,6 +139,19 @@ def textfile(run: Run, budget: int, high: float, low: float, now: float) -> str:
         ("kvtier_l3_evicted_chunks", "gauge", "Chunks the evictor's last run removed.", run.removed),
         ("kvtier_l3_evicted_bytes", "gauge", "Bytes the evictor's last run removed.", run.removed_bytes),
         ("kvtier_l3_evictor_last_run_timestamp_seconds", "gauge", "When the evictor last ran.", round(now, 3)),
+        ("kvtier_l3_evictor_runs_total", "counter", "Evictor runs.", before["kvtier_l3_evictor_runs_total"] + 1),
+        (
+            "kvtier_l3_evicted_chunks_total",
+            "counter",
+            "Chunks the evictor has removed.",
+            before["kvtier_l3_evicted_chunks_total"] + run.removed,
+        ),
+        (
+            "kvtier_l3_evicted_bytes_total",
+            "counter",
+            "Bytes the evictor has removed.",
+            before["kvtier_l3_evicted_bytes_total"] + run.removed_bytes,
+        ),
     ]
     lines = []
     for name, kind, text, value in rows:
@@ -169,7 +203,8 @@ def main(argv: list | None = None) -> int:
         f"({_size(run.removed_bytes)}, {run.vanished} already gone), now {_size(run.used_after)}; {run.seconds:.2f} s"
     )
     if args.textfile:
-        _write_atomically(args.textfile, textfile(run, args.budget_bytes, args.high, args.low, now))
+        before = previous_totals(args.textfile)
+        _write_atomically(args.textfile, textfile(run, args.budget_bytes, args.high, args.low, now, before))
     return 0
 
 
