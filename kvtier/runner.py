@@ -10,6 +10,7 @@ from __future__ import annotations
 import collections
 import os
 import pathlib
+import shlex
 import sys
 import tempfile
 import time
@@ -83,10 +84,15 @@ def run_playbook(
     check: bool = False,
     changes: list | None = None,
     env: dict | None = None,
+    limit: str = "",
+    vault_password_file: str = "",
 ):
     """Run repo/playbooks/<playbook>; return (ok, changed task count, seconds, failure messages).
     `changes`, when given, receives "host: task" for every task that changed something; `env` is added to the
-    playbook's environment."""
+    playbook's environment; `limit` and `vault_password_file` are ansible-playbook's --limit and
+    --vault-password-file."""
+    options = (["--check", "--diff"] if check else []) + (["--limit", limit] if limit else [])
+    options += ["--vault-password-file", vault_password_file] if vault_password_file else []
     progress = _Progress(out)
     started = time.monotonic()
     # A private directory of this run alone: ansible-runner writes envvars and extravars there on a first run
@@ -98,7 +104,7 @@ def run_playbook(
             playbook=str(repo / "playbooks" / playbook),
             inventory=str(inventory),
             extravars=extravars or {},
-            cmdline="--check --diff" if check else None,
+            cmdline=shlex.join(options) if options else None,
             # ansible-playbook from the venv kvtier runs in, also when that venv is not on PATH.
             envvars={
                 "ANSIBLE_CONFIG": os.environ.get("ANSIBLE_CONFIG") or str(repo / "ansible.cfg"),

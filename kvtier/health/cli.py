@@ -18,12 +18,16 @@ def _cmd_health(args: argparse.Namespace) -> int:
     from kvtier.probes import health as h
 
     try:
-        target = from_inventory(Inventory(exits.inventory(args.inventory), args.vault_password_file))
+        inventory = exits.inventory(args.inventory)
+        target = from_inventory(Inventory(inventory, args.vault_password_file))
     except (InventoryError, TargetError, exits.NoInventory) as exc:
         print(f"kvtier health: {exc}", file=sys.stderr)
         return exits.BAD_INPUT
     started = time.monotonic()
     results, facts = checks.run(target)
+    attempt = None
+    if args.repair:
+        results, facts, attempt = _repair(args, str(inventory), target, results, facts)
     if args.canary:
         from kvtier.proof.canary import Canary
 
@@ -35,6 +39,10 @@ def _cmd_health(args: argparse.Namespace) -> int:
     seconds = time.monotonic() - started
     if args.prometheus:
         report.write_textfile(args.prometheus, report.prometheus(results, facts))
+        if args.repair:
+            from kvtier.health import repair
+
+            repair.record(args.prometheus, attempt)
     if args.json:
         print(json.dumps(results, indent=2))
     else:
@@ -43,12 +51,38 @@ def _cmd_health(args: argparse.Namespace) -> int:
     return h.exit_status(results)
 
 
-def command(kvtier: str, inventory: str, textfile: str, canary: bool = False, vault_password_file: str = "") -> list:
+def _repair(args: argparse.Namespace, inventory: str, target, results: list, facts: dict) -> tuple:
+    """--repair: the rolling repair of what health names as its to fix, then the checks again; (results, facts, the
+    attempt or None)."""
+    from kvtier.health import checks, repair
+
+    decision = repair.decide(results)
+    if not decision:
+        return results, facts, None
+    log = sys.stderr if args.json else sys.stdout
+    print(f"kvtier health --repair: {', '.join(decision.hosts)} need the rolling repair", file=log, flush=True)
+    attempt = repair.run(
+        inventory, decision, args.vault_password_file or "", out=lambda line: print(line, file=log, flush=True)
+    )
+    print(repair.describe(attempt), file=log, flush=True)
+    if attempt.outcome == "repaired":
+        results, facts = checks.run(target)
+    return results, facts, attempt
+
+
+def command(
+    kvtier: str,
+    inventory: str,
+    textfile: str,
+    canary: bool = False,
+    vault_password_file: str = "",
+    repair: bool = False,
+) -> list:
     """The argv of a health run that writes the textfile (roles/health_timer's unit runs it)."""
     argv = [kvtier, "health", "-i", inventory, "--prometheus", textfile]
     if vault_password_file:
         argv += ["--vault-password-file", vault_password_file]
-    return argv + (["--canary"] if canary else [])
+    return argv + (["--canary"] if canary else []) + (["--repair"] if repair else [])
 
 
 def register(sub) -> None:
@@ -63,4 +97,10 @@ def register(sub) -> None:
         "after; nothing else is touched)",
     )
     p.add_argument("--prometheus", metavar="FILE", help="also write node_exporter textfile metrics to FILE")
+    p.add_argument(
+        "--repair",
+        action="store_true",
+        help="when the only faults are ones the rolling repair fixes (L2_RESTARTED_UNDER_LMCACHE, "
+        "L2_STORES_FAILING), run playbooks/repair_lmcache.yml on those Sparks under the day-2 lock, then check again",
+    )
     p.set_defaults(func=_cmd_health)

@@ -74,6 +74,19 @@ def test_check_mode_shows_units_that_systemd_accepts(tmp_path, cluster):
     assert verify.returncode == 0 and "kvtier-health" not in verify.stderr, verify.stderr
 
 
+def test_repair_is_off_unless_asked_and_then_has_time_for_a_rolling_restart(tmp_path, cluster):
+    _, written, _ = run_check(tmp_path, **cluster)
+    assert "--repair" not in written["kvtier-health.service"]
+    assert "TimeoutStartSec=5min" in written["kvtier-health.service"]
+    rc, written, failed = run_check(tmp_path, **cluster, health_timer_repair=True)
+    assert (rc, failed) == (0, [])
+    assert written["kvtier-health.service"].split("ExecStart=")[1].splitlines()[0].endswith(" --repair")
+    assert "TimeoutStartSec=2h" in written["kvtier-health.service"]
+    parser = argparse.ArgumentParser()
+    cli.register(parser.add_subparsers(dest="command"))
+    assert parser.parse_args(cli.command("/k", "/i", "/t.prom", repair=True)[1:]).repair
+
+
 def test_bad_input_is_refused_with_every_problem_at_once(tmp_path, cluster):
     rc, written, failed = run_check(
         tmp_path,

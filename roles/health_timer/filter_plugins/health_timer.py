@@ -1,6 +1,6 @@
 """The health timer's ExecStart, from the CLI's own definition of the command (kvtier.health.cli.command).
 
-ExecStart={{ health_timer_kvtier | health_timer_exec(inventory, textfile, canary, vault_password_file) }}
+ExecStart={{ health_timer_kvtier | health_timer_exec(inventory, textfile, canary, vault_password_file, repair) }}
 """
 
 from __future__ import annotations
@@ -18,8 +18,10 @@ from kvtier.cluster import systemd
 from kvtier.health import cli
 
 
-def health_timer_exec(kvtier, inventory, textfile, canary=False, vault_password_file=""):
-    argv = cli.command(str(kvtier), str(inventory), str(textfile), bool(canary), str(vault_password_file or ""))
+def health_timer_exec(kvtier, inventory, textfile, canary=False, vault_password_file="", repair=False):
+    argv = cli.command(
+        str(kvtier), str(inventory), str(textfile), bool(canary), str(vault_password_file or ""), bool(repair)
+    )
     try:
         return systemd.exec_line(argv)
     except ValueError as exc:
