@@ -186,7 +186,7 @@ CHAIN = (
     ),
     Step(
         "l2-repair",
-        "fault: L2 restarted under LMCache: its alert, rolling repair (client stream), resolved; dashboard queries",
+        "fault: L2 restarted under LMCache: alert, the health timer repairs it (client stream), resolved; dashboard",
         lambda out, marks: l2_came_back(out, marks.get("l2_back")),
         "storage",
     ),

@@ -31,10 +31,11 @@ PANEL_HOSTS = {
 }
 
 
-def install_health_timer(out) -> str:
+def install_health_timer(out, repair: bool = False) -> str:
     """playbooks/health_timer.yml on ops01, with the operator's kvtier and copy of the inventory (root runs it: the
-    textfile directory is node_exporter's)."""
+    textfile directory is node_exporter's); `repair` switches its automatic repair on."""
     extravars = {
+        "health_timer_repair": repair,
         "health_timer_host": operator_install.HOST,
         "health_timer_kvtier": f"{operator_install.HOME}/kvtier/bin/kvtier",
         "health_timer_inventory": f"{operator_install.HOME}/lab/hosts.yml",
@@ -43,7 +44,10 @@ def install_health_timer(out) -> str:
     ok, _, seconds, failures = run_playbook(REPO, "health_timer.yml", INVENTORY, out=out, extravars=extravars)
     if not ok:
         raise StageFailed("health_timer.yml on ops01: " + ("; ".join(failures) or "failed"))
-    return f"health timer on {operator_install.HOST} every {HEALTH_INTERVAL} ({seconds:.0f} s)"
+    return (
+        f"health timer on {operator_install.HOST} every {HEALTH_INTERVAL}{', repairing' if repair else ''} "
+        f"({seconds:.0f} s)"
+    )
 
 
 def run_health_now() -> float:
@@ -77,6 +81,11 @@ def _get(path: str, **params) -> dict:
     if body.get("status") != "success":
         raise StageFailed(f"Prometheus at {url}: {body.get('error', body)}")
     return body["data"]
+
+
+def query(expr: str) -> list:
+    """The instant vector `expr` evaluates to now: [{"metric": labels, "value": [time, "value"]}]."""
+    return _get("/api/v1/query", query=expr)["result"]
 
 
 def alerts(name: str) -> list:
@@ -114,7 +123,7 @@ def panels_answer(out) -> str:
     missing = []
     found = dashboard.queries(committed)
     for title, expr in found:
-        series = _get("/api/v1/query", query=dashboard.live_expr(expr))["result"]
+        series = query(dashboard.live_expr(expr))
         hosts = {s["metric"].get("host", "") for s in series}
         want = set().union(*(PANEL_HOSTS[g] for g in expected.get(title, ("any",))))
         lacking = want - hosts
