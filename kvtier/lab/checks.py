@@ -16,7 +16,7 @@ from kvtier.bench import ttft as bench_ttft
 from kvtier.cluster import derive
 from kvtier.health import checks as health_checks
 from kvtier.health import report as health_report
-from kvtier.lab import attacker, authn, day2, pickle_proof, secret_search
+from kvtier.lab import attacker, authn, day2, operator_install, pickle_proof, secret_search
 from kvtier.lab.hosts import record_provisioned
 from kvtier.lab.inventory import (
     CONTAINER_SPARK,
@@ -249,7 +249,8 @@ def no_secret_in_logs(out) -> str:
     """After every run of the chain (site.yml twice, the repairs, the rolling restarts, the canaries, each probe): no
     node's journal carries a secret value (kvtier.lab.secret_search)."""
     t = proof_target()
-    return secret_search.run(out, t, host.VM(STORAGE), t.spec.l2.user)
+    ops = {operator_install.HOST: lambda: operator_install.as_root(" ".join(secret_search.JOURNAL))}
+    return secret_search.run(out, t, host.VM(STORAGE), t.spec.l2.user, others=ops)
 
 
 def storage_reboot(out) -> str:

@@ -60,6 +60,11 @@ def _exec(command: str, user: str = "root", timeout: float = 600, check: bool = 
     )
 
 
+def as_root(command: str, timeout: float = 120) -> str:
+    """What `command` prints, run as root on ops01."""
+    return _exec(command, timeout=timeout).stdout
+
+
 def _source_files() -> list[str]:
     """The checkout as a clone has it: tracked files and new ones git does not ignore."""
     listed = (

@@ -31,8 +31,10 @@ def leaks(journal: str, values: dict) -> list:
     return [(name, line) for line in journal.splitlines() for name, value in values.items() if value in line]
 
 
-def run(out, t, vm, l2_user: str) -> str:
-    """Search the journals of the Sparks (t.nodes) and of the storage VM; fail naming each line that leaks."""
+def run(out, t, vm, l2_user: str, others: dict | None = None) -> str:
+    """Search the journals of the Sparks (t.nodes), of the storage VM and of `others` ({name: a callable that returns
+    its journal}: the operations host, whose health timer runs the repair playbook); fail naming each line that
+    leaks."""
     values = secret_values(credentials.passwords(credentials.STATE), list(t.nodes), l2_user)
     journals = {}
     for name, node in t.nodes.items():
@@ -41,6 +43,7 @@ def run(out, t, vm, l2_user: str) -> str:
         except nodes.NodeError as exc:
             raise StageFailed(f"{name}: its journal was not read: {exc}") from None
     journals[vm.name] = vm.ssh(" ".join(JOURNAL), timeout=120).stdout
+    journals.update({name: read() for name, read in (others or {}).items()})
     found = [(host, name, line) for host, journal in journals.items() for name, line in leaks(journal, values)]
     for host, name, line in found[:10]:
         out(f"  {host}: the {name} in: {line[:200]}")
