@@ -60,6 +60,23 @@ def storage_checks(t: Target, facts: dict) -> list:
     return out + h.fabric_checks(name, facts.get("fabric"), t.fabric.get(name, {}).get("mtu"))
 
 
+def evictor_checks(t: Target, state: dict) -> list:
+    name = t.l3_evictor.name
+    if state.get("error"):
+        return [
+            h.check(
+                name,
+                "l3",
+                h.UNVERIFIED,
+                "NODE_UNREACHABLE",
+                f"the L3 evictor's host was not read: {state['error']}",
+                "reach it as the inventory says",
+                name="evictor",
+            )
+        ]
+    return h.evictor_checks(name, state)
+
+
 def config_checks(t: Target, facts_by_host: dict) -> list:
     """Running services against the spec, each difference shown next to what the other nodes run."""
     want, want_print = render.key_settings(t.spec), fingerprint(t.spec)
@@ -79,10 +96,11 @@ def config_checks(t: Target, facts_by_host: dict) -> list:
 def run(t: Target) -> tuple:
     """(checks, facts by host): gather from every node and evaluate every check, whatever fails."""
     # Every node at once: a health run takes as long as its slowest node, not the sum of them.
-    with concurrent.futures.ThreadPoolExecutor(max_workers=len(t.nodes) + 1) as pool:
+    with concurrent.futures.ThreadPoolExecutor(max_workers=len(t.nodes) + 3) as pool:
         sparks = {host: pool.submit(gather.spark, t, host) for host in t.nodes}
         storage = pool.submit(gather.storage, t) if t.spec.l3 is not None else None
         coordinator = pool.submit(gather.coordinator, t) if t.spec.p2p is not None else None
+        evictor = pool.submit(gather.evictor, t) if t.l3_evictor is not None else None
         facts = {host: future.result() for host, future in sparks.items()}
         storage_facts = storage.result() if storage is not None else None
     out = []
@@ -94,4 +112,6 @@ def run(t: Target) -> tuple:
     out += config_checks(t, facts)
     if storage_facts is not None:
         out += storage_checks(t, storage_facts)
+    if evictor is not None:
+        out += evictor_checks(t, evictor.result())
     return out, facts

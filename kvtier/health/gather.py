@@ -82,3 +82,12 @@ def coordinator(t: Target) -> dict:
         return t.nodes[via].python(SPARK_SOURCE, f"coordinator_state({c.url!r})", timeout=60)
     except (NodeError, ValueError) as exc:
         return {"url": c.url, "error": f"asked from {via}: {exc}"}
+
+
+def evictor(t: Target) -> dict:
+    """The L3 evictor's last run, read on its host (a Spark, the storage node or another); {"error": ...} when that
+    host cannot be read."""
+    try:
+        return t.l3_evictor.python(STORAGE_SOURCE, f"evictor_state({t.l3_evictor_textfile!r})", timeout=60)
+    except (NodeError, ValueError) as exc:
+        return {"error": str(exc)}

@@ -1,6 +1,7 @@
 """The L3 evictor under load: the lab's L3 pool, given a small budget, fills past its high watermark while a client
 streams through the router; the evictor brings it back under the watermarks run after run, least recently used
-chunks first, the prompts used last still hit, and no request fails. The budget goes back to its setting after."""
+chunks first, the prompts used last still hit, no request fails, and health shows the fill against the budget. The
+budget goes back to its setting after."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import re
 import time
 
 from kvtier.bench.stream import summarize
+from kvtier.health import checks as health_checks
 from kvtier.lab.day2 import under_client_stream
 from kvtier.lab.inventory import INVENTORY, REPO, STORAGE_DATA_ADDRESS, proof_target
 from kvtier.lab.stages import StageFailed
@@ -72,7 +74,7 @@ def fill_past_the_watermark(out) -> str:
             "l3_evictor_min_age_s": MIN_AGE_S,
         },
     )
-    runs, last_prompts, hits = {}, {}, {}  # runs: the evictor's runs seen, by when they ended
+    runs, last_prompts, hits, seen = {}, {}, {}, []  # runs: the evictor's runs seen, by when they ended
     final = start
     try:
         proof = tiers.Proof(t, out=out)
@@ -95,6 +97,11 @@ def fill_past_the_watermark(out) -> str:
                 _, before, after = proof.measured(spark, prompt)
                 hits[spark] = after["hit_tokens"] - before["hit_tokens"]
         client = summarize(stream.results)  # the stream has stopped: every request it sent is in
+        # Health's view of the pool: a run after every chunk is old enough to go, then the evictor's check.
+        _wait_run(node, time.time() + MIN_AGE_S)
+        seen = [c for c in health_checks.run(t)[0] if c["check"] == "evictor"]
+        for c in seen:
+            out(f"  health: {c['host']} {c['status']} {c['code']}: {c['reason']}")
     finally:
         _configure(out, {})  # the inventory's settings again
     # The counter, not the runs seen: a run that evicted may have ended between two reads (or while the playbook
@@ -114,11 +121,14 @@ def fill_past_the_watermark(out) -> str:
         raise StageFailed("the evictor removed no chunk although the pool was over its high watermark")
     if over:
         raise StageFailed(f"after {len(over)} run(s) the pool was still over its high watermark: {over[-1]}")
+    budget_said = f"of its {budget / 2**20:.1f} MiB budget"
+    if [(c["host"], c["code"]) for c in seen] != [(HOST, "L3_EVICTOR_OK")] or budget_said not in seen[0]["reason"]:
+        raise StageFailed(f"health does not show the pool under the stage's budget on {HOST}: {seen}")
     missed = [s for s, n in hits.items() if n <= 0]
     if missed:
         raise StageFailed(f"the prompts used last no longer hit on {missed}")
     return (
         f"budget {budget / 2**20:.1f} MiB ({held / 2**20:.1f} MiB held); {removed:.0f} chunks removed, the pool at "
         f"most {peak / 2**20:.1f} MiB after each of {len(runs)} runs seen; {client['requests']} client requests, "
-        "0 failed; the last prompts still hit"
+        "0 failed; the last prompts still hit; health: L3_EVICTOR_OK"
     )

@@ -36,6 +36,8 @@ _CONNECTION_VARS = (
 
 # Per-Spark variables the health checks read (the roles' defaults fill in what is unset).
 _HEALTH_VARS = ("kvtier_rdma_fabric", "roce_mtu", "nfs_client_io_size", "vllm_lmcache_config_dir")
+# Where the L3 evictor runs and what it writes (playbooks/l3_evictor.yml, roles/l3_evictor).
+_EVICTOR_VARS = ("kvtier_l3_evictor_node", "l3_evictor_enabled", "l3_evictor_textfile")
 # The LMCache server's secrets file in its configuration directory (roles/vllm_lmcache/vars/main.yml).
 SECRETS_FILE_NAME = "lmcache-secrets.env"
 # What every host on the RoCE fabric is checked against (the storage node's too).
@@ -63,6 +65,9 @@ class Target:
     fabric: dict = dataclasses.field(default_factory=dict)
     # The LMCache server's secrets file on every Spark: its L2 login when it does not run.
     secrets_file: str = f"/etc/kvtier/{SECRETS_FILE_NAME}"
+    # The L3 evictor's host and textfile; None where the cluster has no L3 or the evictor is turned off.
+    l3_evictor: nodes.Node | None = None
+    l3_evictor_textfile: str = ""
 
     @property
     def model(self) -> str:
@@ -101,6 +106,7 @@ def from_inventory(inventory: Inventory) -> Target:
         *derive.FABRIC_VARS,
         *_CONNECTION_VARS,
         *_HEALTH_VARS,
+        *_EVICTOR_VARS,
     )
     try:
         hostvars = {host: inventory.hostvars(host, *wanted) for host in sparks}
@@ -117,6 +123,7 @@ def from_inventory(inventory: Inventory) -> Target:
         )
         password_var = spec.l2.password_var if spec.l2 is not None else None
         l2_password = inventory.hostvars(sparks[0], password_var).get(password_var) if password_var else None
+        evictor = _evictor(inventory, spec, hostvars[sparks[0]], storage)
     except (InventoryError, SpecError) as exc:
         raise TargetError(str(exc)) from None
     raid_defaults = derive.role_defaults("nvme_raid")
@@ -134,7 +141,22 @@ def from_inventory(inventory: Inventory) -> Target:
         rdma_fabric={h: bool(hostvars[h].get("kvtier_rdma_fabric", True)) for h in sparks},
         fabric=_fabric(hostvars, sparks, storage[0] if len(storage) == 1 else None, storage_host),
         secrets_file=f"{config_dir}/{SECRETS_FILE_NAME}",
+        l3_evictor=evictor[0],
+        l3_evictor_textfile=evictor[1],
     )
+
+
+def _evictor(inventory: Inventory, spec: ClusterSpec, spark_vars: dict, storage: list) -> tuple:
+    """(the L3 evictor's node, its textfile), as playbooks/l3_evictor.yml places it: kvtier_l3_evictor_node, else
+    the storage node; (None, "") without L3, with the evictor turned off, or when that host is not in the
+    inventory (the playbook refuses that)."""
+    defaults = derive.role_defaults("l3_evictor")
+    enabled = spark_vars.get("l3_evictor_enabled", defaults.get("l3_evictor_enabled", True))
+    host = spark_vars.get("kvtier_l3_evictor_node") or (storage[0] if storage else None)
+    if spec.l3 is None or not enabled or host is None or host not in inventory.group("all"):
+        return None, ""
+    textfile = spark_vars.get("l3_evictor_textfile") or defaults.get("l3_evictor_textfile")
+    return nodes.from_hostvars(host, inventory.hostvars(host, *_CONNECTION_VARS)), textfile
 
 
 def _fabric(hostvars: dict, sparks: list, storage: str | None, storage_vars: dict) -> dict:

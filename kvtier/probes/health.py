@@ -55,10 +55,13 @@ try:  # as Ansible ships it (module_utils, for the kvtier_health module)
         process_l2_login,
     )
     from ansible.module_utils.kvtier_health_l3 import (
+        EVICTOR_STALE_S,
         FREE_ERR,
         FREE_WARN,
         RSIZE_WANTED,
         directory_state,
+        evictor_checks,
+        evictor_state,
         free_checks,
         l3_directory_checks,
         nfs_checks,
@@ -119,10 +122,13 @@ except ImportError:  # as kvtier's package has it, and the scripts it ships to n
         process_l2_login,
     )
     from kvtier.probes.health_l3 import (
+        EVICTOR_STALE_S,
         FREE_ERR,
         FREE_WARN,
         RSIZE_WANTED,
         directory_state,
+        evictor_checks,
+        evictor_state,
         free_checks,
         l3_directory_checks,
         nfs_checks,
@@ -148,6 +154,7 @@ except ImportError:  # as kvtier's package has it, and the scripts it ships to n
 __all__ = [
     "CONTAINER_ENGINES",
     "ERR",
+    "EVICTOR_STALE_S",
     "FREE_ERR",
     "FREE_WARN",
     "KEY_ENV",
@@ -172,6 +179,8 @@ __all__ = [
     "directory_state",
     "drift_code",
     "env_file_l2_login",
+    "evictor_checks",
+    "evictor_state",
     "exit_status",
     "fabric_checks",
     "fabric_state",

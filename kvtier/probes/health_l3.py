@@ -4,6 +4,7 @@ the node), its free space, and the mount's transport and I/O size."""
 from __future__ import annotations
 
 import os
+import time
 
 try:  # as Ansible ships it (module_utils, for the kvtier_health module)
     from ansible.module_utils.kvtier_health_core import ERR, OK, UNVERIFIED, WARN, check
@@ -12,6 +13,8 @@ except ImportError:  # as kvtier's package has it, and the scripts it ships to n
 
 
 FREE_WARN, FREE_ERR = 0.10, 0.02
+# The L3 evictor's last run older than this: it has stopped (its timer runs every minute by default).
+EVICTOR_STALE_S = 900
 
 RSIZE_WANTED = 1048576
 
@@ -175,3 +178,83 @@ def nfs_checks(host, facts, rdma_expected=True, io_size=RSIZE_WANTED):
             )
         )
     return out or [check(host, "l3", OK, "L3_RDMA_OK", f"NFS {facts.get('vers')} over RDMA")]
+
+
+def evictor_state(textfile):
+    """The L3 evictor's last run, from the node_exporter textfile it writes: {path, found, values, age_s}."""
+    try:
+        with open(textfile, encoding="ascii", errors="replace") as fh:
+            text = fh.read()
+    except FileNotFoundError:
+        return {"path": textfile, "found": False}
+    values = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name.startswith("kvtier_l3_"):
+            try:
+                values[name] = float(value)
+            except ValueError:
+                continue
+    last = values.get("kvtier_l3_evictor_last_run_timestamp_seconds")
+    return {"path": textfile, "found": True, "values": values, "age_s": None if last is None else time.time() - last}
+
+
+def _mib(n):
+    return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def evictor_checks(host, state, stale_after_s=EVICTOR_STALE_S):
+    """The L3 pool's fill against the evictor's watermarks, and whether the evictor still runs (on its host)."""
+    fix = "ansible-playbook playbooks/l3_evictor.yml; on its host: systemctl status kvtier-l3-evictor.timer"
+    if not state.get("found"):
+        return [
+            check(
+                host,
+                "l3",
+                WARN,
+                "L3_EVICTOR_MISSING",
+                f"no L3 evictor run recorded ({state.get('path')} is missing): nothing removes L3 chunks, and the "
+                "pool fills until stores fail",
+                fix,
+                name="evictor",
+            )
+        ]
+    v, age = state.get("values") or {}, state.get("age_s")
+    used, budget = v.get("kvtier_l3_used_bytes", 0), v.get("kvtier_l3_budget_bytes", 0)
+    high, low = v.get("kvtier_l3_high_watermark_bytes", 0), v.get("kvtier_l3_low_watermark_bytes", 0)
+    fill = (
+        f"the pool holds {_mib(used)} of its {_mib(budget)} budget "
+        f"({used / budget:.0%}; high watermark {_mib(high)}, low {_mib(low)})"
+        if budget
+        else "the evictor recorded no budget"
+    )
+    if age is None or age > stale_after_s:
+        when = "never" if age is None else f"{age / 60:.0f} min ago"
+        return [
+            check(
+                host,
+                "l3",
+                WARN,
+                "L3_EVICTOR_STALE",
+                f"the L3 evictor last ran {when}: {fill} as of then, and nothing removes chunks meanwhile",
+                fix,
+                name="evictor",
+            )
+        ]
+    if budget and used > high:
+        return [
+            check(
+                host,
+                "l3",
+                WARN,
+                "L3_OVER_BUDGET",
+                f"after the evictor's last run {fill}: it cannot remove enough (chunks younger than its minimum "
+                "age, or stores faster than it runs)",
+                "raise l3_evictor_budget_bytes/fraction if the array has room, or run the evictor more often "
+                "(l3_evictor_interval); playbooks/l3_evictor.yml",
+                name="evictor",
+            )
+        ]
+    removed = v.get("kvtier_l3_evicted_chunks_total")
+    said = f"; {removed:.0f} chunks removed in all" if removed is not None else ""
+    return [check(host, "l3", OK, "L3_EVICTOR_OK", f"{fill}; last run {age:.0f} s ago{said}", name="evictor")]

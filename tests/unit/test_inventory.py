@@ -45,3 +45,10 @@ def test_health_checks_every_host_of_the_example_against_one_mtu():
     # Both netdevs of the Spark's port.
     assert t.fabric["spark03"]["interfaces"] == ["enp1s0f0np0", "enP2p1s0f0np0"]
     assert t.spec.node("spark03").ucx_traffic_class == 106
+
+
+def test_health_reads_the_l3_evictor_where_the_playbook_puts_it():
+    """The storage node by default, the host kvtier_l3_evictor_node names otherwise (the lab: spark01)."""
+    t = from_inventory(Inventory(pathlib.Path(__file__).resolve().parents[2] / "inventory" / "example"))
+    assert t.l3_evictor.name == "kv-storage01"
+    assert t.l3_evictor_textfile == "/var/lib/prometheus/node-exporter/kvtier-l3.prom"
