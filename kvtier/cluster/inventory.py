@@ -125,3 +125,22 @@ def cluster_from_hostvars(cluster, hostvars, hosts, var: str = CLUSTER_VAR, stor
     spec = derive.with_l2_endpoint(cluster, storage_vars)
     spec["nodes"] = nodes
     return spec
+
+
+def storage_vars_of(hostvars, storage_hosts) -> dict | None:
+    """The storage node's variables the spec derives L2 from (derive.STORAGE_VARS); None unless the inventory has
+    exactly one storage node (preflight names that problem)."""
+    hosts = [str(h) for h in storage_hosts or []]
+    if len(hosts) != 1:
+        return None
+    variables = hostvars[hosts[0]]
+    return {name: plain(variables[name]) for name in derive.STORAGE_VARS if name in variables}
+
+
+def spec_dict_of_play(hostvars, groups, var: str = CLUSTER_VAR) -> dict:
+    """The spec dict of the cluster a play sees (its `hostvars` and `groups`): the Sparks of group spark, L2
+    derived from the storage node. Raises KeyError when a Spark lacks `var`, SpecError on a bad spec."""
+    groups = plain(groups)
+    spark = [str(h) for h in groups.get("spark") or []]
+    cluster = plain(hostvars[spark[0]][var]) if spark else None
+    return cluster_from_hostvars(cluster, hostvars, spark, var, storage_vars_of(hostvars, groups.get("storage")))

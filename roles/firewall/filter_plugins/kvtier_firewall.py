@@ -18,8 +18,8 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
 from kvtier import cluster
-from kvtier.cluster import derive, firewall
-from kvtier.cluster.inventory import CLUSTER_VAR, plain
+from kvtier.cluster import firewall
+from kvtier.cluster.inventory import plain, spec_dict_of_play
 from kvtier.monitoring import targets
 
 
@@ -36,17 +36,11 @@ def _rule(rule: firewall.Rule) -> dict:
 
 def kvtier_firewall_rules(hostvars, groups, host, settings):
     settings, groups, host = plain(settings), plain(groups), str(host)
-    spark = [str(h) for h in groups.get("spark") or []]
     storage = [str(h) for h in groups.get("storage") or []]
-    if not spark:
+    if not groups.get("spark"):
         raise AnsibleFilterError("the firewall needs the Sparks (group spark): their data addresses are the cluster")
-    storage_vars = None
-    if len(storage) == 1:
-        variables = hostvars[storage[0]]
-        storage_vars = {name: plain(variables[name]) for name in derive.STORAGE_VARS if name in variables}
     try:
-        cluster_var = plain(hostvars[spark[0]][CLUSTER_VAR])
-        spec = cluster.load_spec(cluster.cluster_from_hostvars(cluster_var, hostvars, spark, CLUSTER_VAR, storage_vars))
+        spec = cluster.load_spec(spec_dict_of_play(hostvars, groups))
     except (cluster.SpecError, KeyError, ValueError) as exc:
         raise AnsibleFilterError(f"the firewall cannot read the cluster spec: {exc}") from None
     store = None

@@ -15,24 +15,16 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
 from kvtier import cluster
-from kvtier.cluster import derive
-from kvtier.cluster.inventory import CLUSTER_VAR, plain
+from kvtier.cluster.inventory import plain, spec_dict_of_play
 from kvtier.monitoring import targets
 
 
 def kvtier_scrape_config(hostvars, groups, interval, rule_files):
     groups = plain(groups)
-    spark = [str(h) for h in groups.get("spark") or []]
-    storage = [str(h) for h in groups.get("storage") or []]
-    if not spark:
+    if not groups.get("spark"):
         raise AnsibleFilterError("monitoring needs the Sparks (group spark): there is nothing to scrape without them")
-    storage_vars = None
-    if len(storage) == 1:
-        variables = hostvars[storage[0]]
-        storage_vars = {name: plain(variables[name]) for name in derive.STORAGE_VARS if name in variables}
     try:
-        cluster_var = plain(hostvars[spark[0]][CLUSTER_VAR])
-        spec = cluster.load_spec(cluster.cluster_from_hostvars(cluster_var, hostvars, spark, CLUSTER_VAR, storage_vars))
+        spec = cluster.load_spec(spec_dict_of_play(hostvars, groups))
         view_groups, view = targets.inventory_view(hostvars, groups)
         found = targets.targets(view_groups, view, spec.ports.vllm_http, spec.l2 is not None)
     except (cluster.SpecError, targets.TargetError, KeyError, ValueError) as exc:

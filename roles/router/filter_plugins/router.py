@@ -21,18 +21,14 @@ try:
 except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
 from kvtier import cluster, passwords
-from kvtier.cluster import derive, render
-from kvtier.cluster.inventory import plain
+from kvtier.cluster import render
+from kvtier.cluster.inventory import plain, storage_vars_of
 from kvtier.cluster.tenants import salt as tenant_salt
 
 
 def router_backends(cluster_var, hostvars, spark_hosts, storage_hosts=()):
     """[{name, address, port}] for every Spark, in the spec's order."""
-    storage = [str(h) for h in storage_hosts or []]
-    storage_vars = None
-    if len(storage) == 1:
-        variables = hostvars[storage[0]]
-        storage_vars = {name: plain(variables[name]) for name in derive.STORAGE_VARS if name in variables}
+    storage_vars = storage_vars_of(hostvars, storage_hosts)
     try:
         spec_dict = cluster.cluster_from_hostvars(cluster_var, hostvars, spark_hosts, "kvtier_cluster", storage_vars)
         return render.router_backends(cluster.load_spec(spec_dict))

@@ -26,7 +26,7 @@ except ImportError:  # running from a checkout without `pip install -e .`
     sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[3]))
 from kvtier import cluster, passwords
 from kvtier.cluster import container, derive, load_order, render, systemd
-from kvtier.cluster.inventory import plain
+from kvtier.cluster.inventory import plain, storage_vars_of
 from kvtier.probes import lmcache as lmcache_probe
 
 _PARSED: dict = {}
@@ -48,17 +48,9 @@ def _load(spec_dict) -> cluster.ClusterSpec:
     return _PARSED[key]
 
 
-def _storage_vars(hostvars, storage_hosts):
-    hosts = [str(h) for h in storage_hosts or []]
-    if len(hosts) != 1:
-        return None  # preflight names the problem; without one storage node nothing is derived
-    variables = hostvars[hosts[0]]
-    return {name: plain(variables[name]) for name in derive.STORAGE_VARS if name in variables}
-
-
 def kvtier_spec(cluster_var, hostvars, spark_hosts, storage_hosts=()):
     """The validated spec dict: kvtier_cluster, each Spark's node vars, and what derives from the storage node."""
-    storage_vars = _storage_vars(hostvars, storage_hosts)
+    storage_vars = storage_vars_of(hostvars, storage_hosts)
     spec_dict = _guard(
         cluster.cluster_from_hostvars, cluster_var, hostvars, spark_hosts, "kvtier_cluster", storage_vars
     )
