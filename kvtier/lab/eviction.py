@@ -14,6 +14,7 @@ from kvtier.lab.day2 import under_client_stream
 from kvtier.lab.inventory import INVENTORY, REPO, STORAGE_DATA_ADDRESS, proof_target
 from kvtier.lab.stages import StageFailed
 from kvtier.lab.strategy import run_playbook
+from kvtier.probes import health_l3
 from kvtier.proof import tiers
 
 # Where the lab's evictor runs (inventory/lab: kvtier_l3_evictor_node) and what it writes.
@@ -121,7 +122,7 @@ def fill_past_the_watermark(out) -> str:
         raise StageFailed("the evictor removed no chunk although the pool was over its high watermark")
     if over:
         raise StageFailed(f"after {len(over)} run(s) the pool was still over its high watermark: {over[-1]}")
-    budget_said = f"of its {budget / 2**20:.1f} MiB budget"
+    budget_said = f"of its {health_l3.size_text(budget)} budget"
     if [(c["host"], c["code"]) for c in seen] != [(HOST, "L3_EVICTOR_OK")] or budget_said not in seen[0]["reason"]:
         raise StageFailed(f"health does not show the pool under the stage's budget on {HOST}: {seen}")
     missed = [s for s, n in hits.items() if n <= 0]

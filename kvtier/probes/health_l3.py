@@ -199,7 +199,8 @@ def evictor_state(textfile):
     return {"path": textfile, "found": True, "values": values, "age_s": None if last is None else time.time() - last}
 
 
-def _mib(n):
+def size_text(n):
+    """Bytes as MiB, or GiB from 1 GiB on (how the evictor check words sizes)."""
     return f"{n / 2**30:.1f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
 
 
@@ -223,8 +224,8 @@ def evictor_checks(host, state, stale_after_s=EVICTOR_STALE_S):
     used, budget = v.get("kvtier_l3_used_bytes", 0), v.get("kvtier_l3_budget_bytes", 0)
     high, low = v.get("kvtier_l3_high_watermark_bytes", 0), v.get("kvtier_l3_low_watermark_bytes", 0)
     fill = (
-        f"the pool holds {_mib(used)} of its {_mib(budget)} budget "
-        f"({used / budget:.0%}; high watermark {_mib(high)}, low {_mib(low)})"
+        f"the pool holds {size_text(used)} of its {size_text(budget)} budget "
+        f"({used / budget:.0%}; high watermark {size_text(high)}, low {size_text(low)})"
         if budget
         else "the evictor recorded no budget"
     )
