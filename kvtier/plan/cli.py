@@ -13,7 +13,9 @@ from kvtier.plan import hardware, model, report
 def _cmd_plan(args: argparse.Namespace) -> int:
     try:
         kv = model.load(args.model, args.kv_cache_dtype)
-        hw = hardware.load(args.hardware, prefill_tokens_per_s=args.prefill_rate, sparks=args.sparks)
+        hw = hardware.load(
+            args.hardware, prefill_tokens_per_s=args.prefill_rate, sparks=args.sparks, storage_nodes=args.storage_nodes
+        )
         weights = args.weights_gib if args.weights_gib is not None else kv.weights_gib
         if weights is None:
             raise model.PlanError(
@@ -39,6 +41,11 @@ def register(sub) -> None:
     p.add_argument("--hardware", help="YAML/JSON file with the hardware (see kvtier/plan/hardware.py)")
     p.add_argument("--prefill-rate", type=float, help="measured prefill tokens/s (default: estimated for a Spark)")
     p.add_argument("--sparks", type=int, help="number of Sparks (default 4)")
+    p.add_argument(
+        "--storage-nodes",
+        type=int,
+        help="number of storage nodes: L2 a Valkey Cluster across them, L3 one array each (default 1)",
+    )
     p.add_argument("--chunk-size", type=int, default=256, help="LMCache chunk size in tokens (default 256)")
     p.add_argument("--kv-cache-dtype", default="auto", help="vLLM --kv-cache-dtype (auto: the model's dtype; fp8)")
     p.add_argument("--context", type=int, action="append", help="context length to compare (repeatable)")

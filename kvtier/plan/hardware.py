@@ -8,8 +8,9 @@ figures (`kvtier bench`, fio) in a hardware file to plan with what a cluster rea
     unified_gib: 119          # usable unified memory per Spark
     nic_gbit: 100             # the data network's line rate
     drive: D5-P5430           # or D7-PS1010, or {name, capacity_tb, read_gbs, write_gbs}
-    drives: 8
-    l2_gib: 128               # Valkey/Redis maxmemory on the storage node
+    drives: 8                 # per storage node
+    l2_gib: 128               # Valkey/Redis maxmemory per storage node
+    storage_nodes: 1          # L2 a Valkey Cluster across them, L3 one array and export each
     prefill_tokens_per_s: 3000
 """
 
@@ -89,6 +90,7 @@ class Hardware:
     l2_gib: float = 128.0
     prefill_tokens_per_s: float | None = None  # None: estimated from the model's parameters
     l3_fill: float = 0.9  # XFS and free-space headroom on the array
+    storage_nodes: int = 1  # each with its own link, L2 shard and array
 
     @property
     def nic_gbs(self) -> float:
@@ -98,6 +100,7 @@ class Hardware:
         return (
             f"{self.sparks} x DGX Spark ({self.unified_gib:g} GiB unified each), {self.nic_gbit:g}GbE data network, "
             f"{self.drives} x {self.drive.name} in RAID0, L2 {self.l2_gib:g} GiB"
+            + (f", on each of {self.storage_nodes} storage nodes" if self.storage_nodes > 1 else "")
         )
 
 
@@ -157,5 +160,5 @@ def load(path: str | None = None, **overrides) -> Hardware:
             raise PlanError(f"hardware {key} must be a number, not {value!r}") from None
         if number <= 0 or (key in ("rdma_efficiency", "l3_fill") and number > 1):
             raise PlanError(f"hardware {key} {value!r} is out of range")
-        values[key] = int(number) if key in ("sparks", "drives") else number
+        values[key] = int(number) if key in ("sparks", "drives", "storage_nodes") else number
     return dataclasses.replace(Hardware(), **values)

@@ -26,6 +26,12 @@ def l3_retention(capacity_bytes: float, prefill: float, model: ModelKV, sparks: 
     }
 
 
+def _shared(model: ModelKV, hardware: hw.Hardware, chunk_size: int) -> list:
+    """L2's and L3's shared ceilings with one storage node and with the hardware's number, by tier."""
+    found = [s for n in {1, hardware.storage_nodes} for s in tier_plan.shared(model, hardware, chunk_size, n)]
+    return sorted(found, key=lambda s: (s.tier, s.storage_nodes))
+
+
 def _duration(seconds: float) -> str:
     for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
         if seconds >= size:
@@ -74,7 +80,12 @@ def build(
             "bytes_per_chunk": model.chunk_bytes(chunk_size),
             "weights_gib": model.weights_gib,
         },
-        "hardware": {"description": hardware.describe(), "drive_source": hardware.drive.source},
+        "hardware": {
+            "description": hardware.describe(),
+            "drive_source": hardware.drive.source,
+            "sparks": hardware.sparks,
+            "storage_nodes": hardware.storage_nodes,
+        },
         "prefill_tokens_per_s": prefill,
         "prefill_basis": prefill_basis,
         "tiers": rows,
@@ -89,6 +100,19 @@ def build(
             },
         },
         "sources": dict(hw.SOURCES),
+        "shared": [
+            {
+                "tier": s.tier,
+                "storage_nodes": s.storage_nodes,
+                "total_gbs": s.total_gbs,
+                "per_spark_gbs": s.per_spark_gbs,
+                "basis": s.basis,
+                "context_tokens": contexts[-1],
+                "load_s": contexts[-1] * model.bytes_per_token / (s.per_spark_gbs * 1e9),
+                "recompute_s": contexts[-1] / prefill,
+            }
+            for s in _shared(model, hardware, chunk_size)
+        ],
         "l3_retention": next(
             (
                 l3_retention(r["capacity_gib"] * GIB, prefill, model, hardware.sparks, l3_store_gbs)
@@ -139,6 +163,19 @@ def text(plan: dict) -> str:
     lines += [f"    {row['label']}: {row['basis']}" for row in plan["tiers"]]
     lines += [f"    {key}: {value}" for key, value in plan["sources"].items()]
     lines.append(f"    drive: {plan['hardware']['drive_source']}")
+    shared = plan.get("shared") or []
+    if shared:
+        sparks = plan["hardware"]["sparks"]
+        lines += ["", f"  every Spark ({sparks}) loading from one tier at once, by storage nodes:"]
+        for s in shared:
+            label = "L2 remote memory" if s["tier"] == "l2" else "L3 NVMe pool"
+            nodes = f"{s['storage_nodes']} storage node{'s' if s['storage_nodes'] > 1 else ''}"
+            lines.append(
+                f"    {label:<18}{nodes:<17}{s['total_gbs']:>6.1f} GB/s in all, {s['per_spark_gbs']:>5.2f} GB/s per "
+                f"Spark: a {s['context_tokens'] // 1024}k context loads in {s['load_s'] * 1000:,.0f} ms "
+                f"(recompute {s['recompute_s'] * 1000:,.0f} ms)"
+            )
+        lines += [f"    ({s['tier']}: {s['basis']})" for s in shared if s["storage_nodes"] == 1]
     kept = plan.get("l3_retention")
     if kept:
         lines += [

@@ -50,12 +50,20 @@ def prefill_rate(model: ModelKV, hardware: Hardware) -> tuple:
     return SPARK_USEFUL_TFLOPS * 1e12 / (2 * model.parameters), "estimated (see sources)"
 
 
+def _l2_gbs(model: ModelKV, hardware: Hardware, chunk_size: int) -> float:
+    """One Spark loading from L2: LMCache's GET rate for its chunk size, or the link, the lower."""
+    return min(hardware.nic_gbs, l2_get_gbs(model.chunk_bytes(chunk_size)))
+
+
+def _l3_gbs(hardware: Hardware) -> float:
+    """One array read over NFS/RDMA: the array, or the link at RDMA efficiency, the lower."""
+    return min(hardware.nic_gbs * hardware.rdma_efficiency, hardware.drives * hardware.drive.read_gbs)
+
+
 def tiers(model: ModelKV, hardware: Hardware, budget: Budget, chunk_size: int) -> tuple:
     rdma = hardware.nic_gbs * hardware.rdma_efficiency
     chunk = model.chunk_bytes(chunk_size)
-    l2_gbs = min(hardware.nic_gbs, l2_get_gbs(chunk))
     peers = hardware.sparks - 1
-    array_read = hardware.drives * hardware.drive.read_gbs
     return (
         Tier(
             "l0",
@@ -76,8 +84,8 @@ def tiers(model: ModelKV, hardware: Hardware, budget: Budget, chunk_size: int) -
         Tier(
             "l2",
             "L2 remote memory",
-            hardware.l2_gib * GIB,
-            l2_gbs,
+            hardware.storage_nodes * hardware.l2_gib * GIB,
+            _l2_gbs(model, hardware, chunk_size),
             0.001,
             f"LMCache's measured GET rate for {chunk / 2**20:.0f} MiB chunks ({l2_get_gbs(chunk):g} GB/s) or the "
             f"NIC, the lower; 1 ms assumed for the key lookups",
@@ -85,10 +93,39 @@ def tiers(model: ModelKV, hardware: Hardware, budget: Budget, chunk_size: int) -
         Tier(
             "l3",
             "L3 NVMe pool",
-            hardware.drives * hardware.drive.capacity_tb * 1e12 * hardware.l3_fill,
-            min(rdma, array_read),
+            hardware.storage_nodes * hardware.drives * hardware.drive.capacity_tb * 1e12 * hardware.l3_fill,
+            _l3_gbs(hardware),
             0.001,
             f"the array ({hardware.drives} x {hardware.drive.read_gbs:g} GB/s) or the fabric at RDMA efficiency, "
             f"the lower; 1 ms assumed for the file opens",
         ),
     )
+
+
+@dataclass(frozen=True)
+class Shared:
+    """What the storage side serves when every Spark loads from one tier at once."""
+
+    tier: str
+    storage_nodes: int
+    total_gbs: float  # every storage node's ceiling, added up
+    per_spark_gbs: float  # each Spark's share, at most what one Spark can load by itself
+    basis: str
+
+
+def shared(model: ModelKV, hardware: Hardware, chunk_size: int, storage_nodes: int) -> tuple:
+    """L2 and L3 when all the Sparks load at once from `storage_nodes` storage nodes: each node serves at most its own
+    link (and, for L3, its array); the Sparks share the sum (keys and files spread evenly over the nodes)."""
+    node = {
+        "l2": (
+            hardware.nic_gbs,
+            _l2_gbs(model, hardware, chunk_size),
+            f"each node's {hardware.nic_gbit:g}GbE link (one Valkey shard per node)",
+        ),
+        "l3": (_l3_gbs(hardware), _l3_gbs(hardware), "each node's array or its link at RDMA efficiency, the lower"),
+    }
+    out = []
+    for tier, (gbs, one_spark, basis) in node.items():
+        total = storage_nodes * gbs
+        out.append(Shared(tier, storage_nodes, total, min(total / hardware.sparks, one_spark), basis))
+    return tuple(out)

@@ -167,3 +167,26 @@ def test_l3_keeps_an_unread_chunk_for_its_low_watermark_over_the_store_rate(caps
     assert "L3 keeps a chunk nobody reads again for" in report.text(plan)
     assert cli.main(["plan", "--model", "Qwen3-8B", "--l3-store-gbs", "0"]) == 2
     assert "--l3-store-gbs must be a positive rate" in capsys.readouterr().err
+
+
+def test_more_storage_nodes_move_the_shared_ceilings_not_one_sparks():
+    """Twelve Sparks loading at once share one storage node's link; three nodes triple the storage side, while one
+    Spark alone still loads at most what its own link and LMCache's client give."""
+    kv = model.load("Qwen3-8B")
+    one, three = hardware.load(sparks=12), hardware.load(sparks=12, storage_nodes=3)
+    by_tier = {t.tier: t for t in tiers.tiers(kv, three, memory.Budget(119, kv.weights_gib, 40, 32, 4, 8), 256)}
+    assert by_tier["l2"].capacity_bytes == 3 * 128 * GIB
+    assert by_tier["l3"].capacity_bytes == pytest.approx(3 * 8 * 15.36e12 * 0.9)
+    assert by_tier["l3"].load_gbs == pytest.approx(12.5 * 0.9)  # one Spark: its link, however many nodes
+    shared_one = {s.tier: s for s in tiers.shared(kv, one, 256, 1)}
+    shared_three = {s.tier: s for s in tiers.shared(kv, three, 256, 3)}
+    assert shared_one["l3"].total_gbs == pytest.approx(12.5 * 0.9)
+    assert shared_one["l3"].per_spark_gbs == pytest.approx(12.5 * 0.9 / 12)
+    assert shared_three["l3"].per_spark_gbs == pytest.approx(3 * 12.5 * 0.9 / 12)
+    # L2: three links' worth in all, but each Spark is held to LMCache's GET rate for 36 MiB chunks.
+    assert shared_three["l2"].total_gbs == pytest.approx(37.5) and shared_three["l2"].per_spark_gbs == 1.4
+    plan = report.build(kv, three, memory.Budget(119, kv.weights_gib, 40, 32, 4, 8), 256, (32768,))
+    assert [(s["tier"], s["storage_nodes"]) for s in plan["shared"]] == [("l2", 1), ("l2", 3), ("l3", 1), ("l3", 3)]
+    text = report.text(plan)
+    assert "every Spark (12) loading from one tier at once" in text and "3 storage nodes" in text
+    assert cli.main(["plan", "--model", "Qwen3-8B", "--storage-nodes", "0"]) == 2
