@@ -15,6 +15,8 @@ from kvtier.cluster import derive
 from kvtier.cluster.spec import CLUSTER_WIDE_KEYS, NODE_HINTS, NODE_KEYS, SpecError
 
 CLUSTER_VAR = "kvtier_cluster"
+# The Sparks playbooks/remove_spark.yml is taking out (a group it makes for its run): every rendering leaves them out.
+REMOVING_GROUP = "kvtier_removing"
 _SENSITIVE = ("pass", "secret", "token", "key")
 
 
@@ -138,9 +140,11 @@ def storage_vars_of(hostvars, storage_hosts) -> dict | None:
 
 
 def spec_dict_of_play(hostvars, groups, var: str = CLUSTER_VAR) -> dict:
-    """The spec dict of the cluster a play sees (its `hostvars` and `groups`): the Sparks of group spark, L2
-    derived from the storage node. Raises KeyError when a Spark lacks `var`, SpecError on a bad spec."""
+    """The spec dict of the cluster a play sees (its `hostvars` and `groups`): the Sparks of group spark but those
+    being removed, L2 derived from the storage node. Raises KeyError when a Spark lacks `var`, SpecError on a bad
+    spec."""
     groups = plain(groups)
-    spark = [str(h) for h in groups.get("spark") or []]
+    removing = {str(h) for h in groups.get(REMOVING_GROUP) or []}
+    spark = [str(h) for h in groups.get("spark") or [] if str(h) not in removing]
     cluster = plain(hostvars[spark[0]][var]) if spark else None
     return cluster_from_hostvars(cluster, hostvars, spark, var, storage_vars_of(hostvars, groups.get("storage")))

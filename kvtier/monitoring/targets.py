@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 
+from kvtier.cluster.inventory import REMOVING_GROUP
+
 
 @dataclasses.dataclass(frozen=True)
 class Exporter:
@@ -119,13 +121,16 @@ PROMETHEUS_PORT = 9090
 
 
 def inventory_view(hostvars, groups: dict) -> tuple:
-    """(groups, variables) of the hosts `targets` looks at, as plain values, from Ansible's hostvars and groups."""
-    wanted = {str(h) for e in EXPORTERS for g in e.groups for h in groups.get(g) or []}
+    """(groups, variables) of the hosts `targets` looks at, as plain values, from Ansible's hostvars and groups; a
+    Spark being removed (playbooks/remove_spark.yml) is no longer looked at."""
+    removing = {str(h) for h in groups.get(REMOVING_GROUP) or []}
+    groups = {g: [str(h) for h in groups.get(g) or [] if str(h) not in removing] for e in EXPORTERS for g in e.groups}
+    wanted = {h for hosts in groups.values() for h in hosts}
     view = {}
     for host in sorted(wanted):
         variables = hostvars[host]
         view[host] = {name: variables.get(name) for name in HOST_VARS if variables.get(name) not in (None, "")}
-    return {g: [str(h) for h in groups.get(g) or []] for e in EXPORTERS for g in e.groups}, view
+    return groups, view
 
 
 def scrapers(groups: dict, variables: dict) -> tuple:
