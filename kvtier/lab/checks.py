@@ -161,7 +161,7 @@ def lookup_timeouts(out, since: float) -> str:
     return "none in LMCache's journals"
 
 
-def _playbook(out, path: str, name: str | None = None, extravars: dict | None = None) -> str:
+def playbook(out, path: str, name: str | None = None, extravars: dict | None = None) -> str:
     """A playbook (`path` relative to playbooks/) on the lab; a failure fails the stage with the failed tasks."""
     name = name or path
     ok, _, seconds, failures = run_playbook(REPO, path, INVENTORY, out=out, extravars=extravars)
@@ -172,7 +172,7 @@ def _playbook(out, path: str, name: str | None = None, extravars: dict | None = 
 
 def _lab_playbook(out, name: str) -> str:
     """One of the lab's own test playbooks (tests/lab/)."""
-    return _playbook(out, f"../tests/lab/{name}", name)
+    return playbook(out, f"../tests/lab/{name}", name)
 
 
 def health_run(out) -> tuple:
@@ -261,7 +261,7 @@ def storage_reboot(out) -> str:
 
 def persistence(out, step: str) -> str:
     """playbooks/persistence_check.yml's store or replay step (the restarts between them are the lab's own)."""
-    return _playbook(out, "persistence_check.yml", extravars={"persistence_check_step": step})
+    return playbook(out, "persistence_check.yml", extravars={"persistence_check_step": step})
 
 
 def spec_change(out, marks: dict) -> str:

@@ -41,6 +41,7 @@ class RouterWatch(Background):
         # enough for the router to be caught in it whenever the busy host does not run the VM.
         self._reader = router_probe.StatsReader(stats_url, backend, login=login, context=context)
         self.history: dict = {}  # server -> [(epoch seconds, status)]
+        self.current: dict = {}  # server -> status, as last read: a server taken out of the backend is not in it
         self.errors = 0
 
     def step(self) -> None:
@@ -49,6 +50,7 @@ class RouterWatch(Background):
         except (OSError, router_probe.RouterError):
             self.errors += 1
             return
+        self.current = states
         for server, status in states.items():
             seen = self.history.setdefault(server, [])
             if not seen or seen[-1][1] != status:

@@ -11,7 +11,7 @@ from kvtier.health import report as health_report
 from kvtier.lab import auto_repair, day2, load_faults, monitoring
 from kvtier.lab.checks import errors_in, health_run, lookup_timeouts, router_kept
 from kvtier.lab.inventory import FAULTY_SPARK, STORAGE, STORAGE_DATA_ADDRESS, proof_target
-from kvtier.lab.stages import StageFailed
+from kvtier.lab.stages import StageFailed, until
 from kvtier.probes import health as health_probe
 from kvtier.proof import canary, tiers
 from kvtier.vm import host
@@ -141,18 +141,6 @@ def coordinator_stopped(out) -> str:
     )
 
 
-def _until(what: str, seconds: float, probe):
-    """Poll `probe()` every 2 s until it returns something true, which is returned; StageFailed after `seconds`."""
-    deadline = time.monotonic() + seconds
-    while True:
-        found = probe()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise StageFailed(f"not within {seconds:.0f} s: {what}")
-        time.sleep(2)
-
-
 def _named(found: list, codes) -> dict:
     """{host: the codes of `codes` that are ERR there}."""
     named: dict = {}
@@ -213,23 +201,23 @@ def peer_stopped(out) -> str:
         began, stopping = time.monotonic(), time.time()
         node.run("systemctl", "stop", unit)
         stopping = (stopping, time.time())
-        _until(f"the router takes {FAULTY_SPARK} out", PEER_GONE_S, lambda: watch.last().get(FAULTY_SPARK) == "DOWN")
+        until(f"the router takes {FAULTY_SPARK} out", PEER_GONE_S, lambda: watch.last().get(FAULTY_SPARK) == "DOWN")
         out(f"  {FAULTY_SPARK} stopped; DOWN at the router {time.monotonic() - began:.0f} s later")
-        stopped = _until("health names the stopped peer everywhere", PEER_GONE_S, named_everywhere(wanted))
+        stopped = until("health names the stopped peer everywhere", PEER_GONE_S, named_everywhere(wanted))
         gone = time.monotonic() - began
         node.run("cp", "-p", secrets_file, f"{secrets_file}.kvtier-fault")
         password = secrets.token_hex(16)  # refused by the L2 server, never shown
         node.run("sed", "-i", f's/^LMCACHE_RESP_PASSWORD=.*/LMCACHE_RESP_PASSWORD="{password}"/', secrets_file)
         node.run("systemctl", "start", "--no-block", unit)
-        state = _until(f"{unit} refused to start or running", PEER_GONE_S, lambda: _start_outcome(node, unit))
+        state = until(f"{unit} refused to start or running", PEER_GONE_S, lambda: _start_outcome(node, unit))
         if state == "running":
             raise StageFailed(f"{unit} runs with a login the L2 server refuses: its start gate let it through")
-        gated = _until("health names the refused login", PEER_GONE_S, named_everywhere(refused))
+        gated = until("health names the refused login", PEER_GONE_S, named_everywhere(refused))
         drift = _chunk_drift(t, FAULTY_SPARK) + "; " + load_faults.inject(t, FAULTY_SPARK)
         node.run("mv", f"{secrets_file}.kvtier-fault", secrets_file)
         started = time.monotonic()
         node.run("systemctl", "start", unit)
-        _until(f"{FAULTY_SPARK} UP at the router", PEER_BACK_S, lambda: watch.last().get(FAULTY_SPARK) == "UP")
+        until(f"{FAULTY_SPARK} UP at the router", PEER_BACK_S, lambda: watch.last().get(FAULTY_SPARK) == "UP")
         back = time.monotonic() - started
     streamed = day2.report(out, stream, watch, leaving={FAULTY_SPARK}, stopping=stopping)
     after, _ = health_run(out)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 
@@ -180,3 +181,20 @@ def use_model(name: str) -> str:
         + yaml.safe_dump({"vllm_lmcache_lab_model": name, "kvtier_cluster": cluster}, sort_keys=False)
     )
     return f"the lab serves the {name} model ({MODEL_VARS.relative_to(REPO)})"
+
+
+@contextlib.contextmanager
+def spark_unlisted(name: str):
+    """The lab inventory without the Spark `name` (what an operator writes after playbooks/remove_spark.yml) for the
+    `with` body; the inventory as it was afterwards, whatever happened."""
+    kept = INVENTORY.read_text()
+    hosts = yaml.safe_load(kept)
+    sparks = hosts["all"]["children"]["spark"]["hosts"]
+    if name not in sparks:
+        raise StageFailed(f"{name} is not a Spark of the lab inventory")
+    del sparks[name]
+    try:
+        INVENTORY.write_text(kept.splitlines()[0] + "\n" + yaml.safe_dump(hosts, sort_keys=False))
+        yield
+    finally:
+        INVENTORY.write_text(kept)

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 from kvtier import exits
-from kvtier.lab import eviction, monitoring, operator_install
+from kvtier.lab import eviction, grow, monitoring, operator_install
 from kvtier.lab.checks import (
     IDLE_SECONDS,
     attacks,
@@ -106,6 +106,12 @@ class Step:
 # the persistence check's store before and replay after). Every tier of every Spark is proven by the canaries; the
 # NVMe pool keeping the cache through restarts is the replay at the end.
 CHAIN = (
+    Step(
+        "grow",
+        f"a Spark removed and added back: remove_spark.yml, add_spark.yml ({FAULTY_SPARK}; client stream)",
+        lambda out, marks: grow.removed_and_added(out),
+        "drift",
+    ),
     Step(
         "peer-stopped",
         f"fault: P2P peer stopped, then a wrong L2 password ({FAULTY_SPARK}; client stream)",

@@ -10,6 +10,19 @@ class StageFailed(Exception):
     """A stage's check did not hold; the message says what was seen."""
 
 
+def until(what: str, seconds: float, probe, every: float = 2.0):
+    """Poll `probe()` every `every` s until it returns something true, which is returned; StageFailed naming `what`
+    after `seconds`."""
+    deadline = time.monotonic() + seconds
+    while True:
+        found = probe()
+        if found:
+            return found
+        if time.monotonic() > deadline:
+            raise StageFailed(f"not within {seconds:.0f} s: {what}")
+        time.sleep(every)
+
+
 def lab_errors() -> tuple:
     """The exceptions a lab stage ends with, each saying what was seen; anything else is a bug and keeps its
     traceback. (A function: these modules import this one.)"""
