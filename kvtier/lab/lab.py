@@ -110,7 +110,7 @@ CHAIN = (
         "grow",
         f"a Spark removed and added back: remove_spark.yml, add_spark.yml ({FAULTY_SPARK}; client stream)",
         lambda out, marks: grow.removed_and_added(out),
-        "drift",
+        "grow",
     ),
     Step(
         "peer-stopped",

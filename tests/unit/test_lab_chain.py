@@ -18,6 +18,7 @@ def test_every_stage_has_its_own_key_and_a_segment_of_neighbours():
     segments = collections.defaultdict(list)
     for step in lab.CHAIN:
         segments[step.segment].append(step.key)
+    assert segments["grow"] == ["grow"]
     assert segments["drift"] == ["peer-stopped", "drifted", "spec-change", "lookup-timeouts"]
     assert segments["storage"] == ["persist-store", "l2-stopped", "storage-reboot", "l2-repair", "persist-replay"]
 
@@ -25,7 +26,7 @@ def test_every_stage_has_its_own_key_and_a_segment_of_neighbours():
 def test_a_stage_runs_with_its_whole_segment():
     assert [s.key for s in lab.segment("l2-repair")] == [s.key for s in lab.segment("persist-store")]
     assert [s.key for s in lab.segment("attacker")] == ["attacker"]
-    with pytest.raises(lab.UnknownStage, match="no stage 'nope'; the stages: peer-stopped, drifted"):
+    with pytest.raises(lab.UnknownStage, match="no stage 'nope'; the stages: grow, peer-stopped, drifted"):
         lab.segment("nope")
 
 
