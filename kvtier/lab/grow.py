@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from kvtier.lab import day2
 from kvtier.lab.checks import errors_in, health_run, playbook, router_kept
+from kvtier.lab.faults import STOPPED_CODES
 from kvtier.lab.inventory import FAULTY_SPARK, SPARKS, STORAGE, STORAGE_DATA_ADDRESS, proof_target, spark_unlisted
 from kvtier.lab.stages import StageFailed, until
 from kvtier.probes import health as health_probe
@@ -18,8 +19,6 @@ from kvtier.vm import host
 
 # The Spark taken out and put back: the one the fault stages after this one work on.
 LEAVING = FAULTY_SPARK
-# What health names while the inventory still lists a removed Spark: on it, on every other Spark, at the coordinator.
-GONE_CODES = ({"LMCACHE_DOWN", "VLLM_DOWN"}, {"P2P_PEER_MISSING"}, {"P2P_COORDINATOR_MISSING"})
 # The router reloads its configuration at the end of remove_spark.yml's router play: the server is gone right after.
 ROUTER_S = 30.0
 
@@ -53,11 +52,11 @@ def removed_and_added(out) -> str:
 
 def _gone_named(out, t) -> str:
     """Health with the inventory still listing the removed Spark names it gone on it, its peers and the coordinator."""
-    on_it, on_peers, at_coordinator = GONE_CODES
+    on_it, on_peers, at_coordinator = STOPPED_CODES
     wanted = {s: on_it if s == LEAVING else on_peers for s in t.nodes}
     where = t.spec.p2p.coordinator.node
     wanted[where] = wanted.get(where, set()) | at_coordinator
-    every = set().union(*GONE_CODES)
+    every = set().union(*STOPPED_CODES)
     found, _ = health_run(out)
     named: dict = {}
     for c in found:
