@@ -66,7 +66,7 @@ def p2p_checks(host, probe, expect):
                 "restarted peer reappears after the next coordinator poll",
             )
         ]
-    return [check(host, "l1_p2p", OK, "P2P_OK", f"registered, peers {', '.join(seen)}")]
+    return [check(host, "l1_p2p", OK, "P2P_OK", f"registered, peers {', '.join(seen) or 'none (no other Spark)'}")]
 
 
 def coordinator_checks(host, state, expected):
