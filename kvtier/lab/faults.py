@@ -142,7 +142,7 @@ def coordinator_stopped(out) -> str:
     )
 
 
-def _named(found: list, codes) -> dict:
+def named_errors(found: list, codes) -> dict:
     """{host: the codes of `codes` that are ERR there}."""
     named: dict = {}
     for c in found:
@@ -189,7 +189,7 @@ def peer_stopped(out) -> str:
     def named_everywhere(codes: dict):
         def probe():
             found, _ = health_run(out)
-            named = _named(found, every)
+            named = named_errors(found, every)
             return found if all(c <= named.get(h, set()) for h, c in codes.items()) else None
 
         return probe
@@ -217,12 +217,12 @@ def peer_stopped(out) -> str:
         back = time.monotonic() - started
     streamed = day2.report(out, stream, watch, leaving={FAULTY_SPARK}, stopping=stopping)
     after, _ = health_run(out)
-    left = _named(after, every)
+    left = named_errors(after, every)
     if left:
         raise StageFailed(f"after {FAULTY_SPARK} started again: {left}")
     return (
         f"stopped: DOWN at the router {gone:.0f} s after the stop; wrong L2 password: the unit refused to start, "
-        f"{', '.join(sorted(_named(gated, every)[FAULTY_SPARK]))} on {FAULTY_SPARK}; {streamed}; file put back "
+        f"{', '.join(sorted(named_errors(gated, every)[FAULTY_SPARK]))} on {FAULTY_SPARK}; {streamed}; file put back "
         f"and started ({drift}), UP at the router after {back:.0f} s, no code of this stage left"
     )
 
@@ -237,7 +237,7 @@ def drifted_spark(out) -> str:
     times, failed = _requests_under_fault(out, t, "with a Spark drifted")
     faults = load_faults.served(out, t, FAULTY_SPARK)
     found, _ = health_run(out)
-    named = _named(found, {c["code"] for c in found})
+    named = named_errors(found, {c["code"] for c in found})
     if failed or named != {FAULTY_SPARK: {DRIFT_CODE}}:
         raise StageFailed(
             f"{failed} request(s) failed; ERR {named or 'nowhere'}, expected {DRIFT_CODE} on {FAULTY_SPARK} only"

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 from kvtier.lab import day2
 from kvtier.lab.checks import errors_in, health_run, playbook, router_kept
-from kvtier.lab.faults import STOPPED_CODES
+from kvtier.lab.faults import STOPPED_CODES, named_errors
 from kvtier.lab.inventory import FAULTY_SPARK, SPARKS, STORAGE, STORAGE_DATA_ADDRESS, proof_target, spark_unlisted
 from kvtier.lab.stages import StageFailed, until
-from kvtier.probes import health as health_probe
 from kvtier.vm import host
 
 # The Spark taken out and put back: the one the fault stages after this one work on.
@@ -58,10 +57,7 @@ def _gone_named(out, t) -> str:
     wanted[where] = wanted.get(where, set()) | at_coordinator
     every = set().union(*STOPPED_CODES)
     found, _ = health_run(out)
-    named: dict = {}
-    for c in found:
-        if c["status"] == health_probe.ERR and c["code"] in every:
-            named.setdefault(c["host"], set()).add(c["code"])
+    named = named_errors(found, every)
     missing = {h: sorted(c - named.get(h, set())) for h, c in wanted.items() if c - named.get(h, set())}
     if missing:
         raise StageFailed(f"health with the removed {LEAVING} still listed did not name {missing}")
